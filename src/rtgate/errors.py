@@ -1,0 +1,80 @@
+"""Every exception rtgate raises, in one place.
+
+::
+
+    RtgateError
+    ├── InvalidRequest          bad input from a caller (ValueError too)
+    │   └── InvalidBudget       budget_ms not a finite number in range
+    ├── Declined                a tier has no answer for this request (a miss, not a fault)
+    ├── BackendError            a model backend failed
+    │   ├── BackendUnavailable  cannot connect, circuit open, server 5xx
+    │   ├── RateLimited         the backend said 429
+    │   └── BackendProtocolError malformed response or stream
+    ├── QueueFull               a bounded queue refused an item (policy: reject the newcomer)
+    ├── JobNotFound             no delegated job with that id
+    └── ConfigError             a configuration file or value is wrong
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BackendProtocolError",
+    "BackendUnavailable",
+    "ConfigError",
+    "Declined",
+    "InvalidBudget",
+    "InvalidRequest",
+    "JobNotFound",
+    "QueueFull",
+    "RateLimited",
+    "RtgateError",
+]
+
+
+class RtgateError(Exception):
+    """Base of every rtgate exception. ``code`` is a stable machine-readable name."""
+
+    code = "rtgate_error"
+
+
+class InvalidRequest(RtgateError, ValueError):
+    code = "invalid_request"
+
+
+class InvalidBudget(InvalidRequest):
+    code = "invalid_budget"
+
+
+class Declined(RtgateError):
+    """Raised by a tier, before its first token, when it has nothing to say (a miss)."""
+
+    code = "declined"
+
+
+class BackendError(RtgateError):
+    code = "backend_error"
+
+
+class BackendUnavailable(BackendError):
+    code = "backend_unavailable"
+
+
+class RateLimited(BackendError):
+    code = "rate_limited"
+
+
+class BackendProtocolError(BackendError):
+    code = "backend_protocol_error"
+
+
+class QueueFull(RtgateError):
+    code = "queue_full"
+
+
+class JobNotFound(RtgateError, KeyError):
+    code = "job_not_found"
+
+
+class ConfigError(RtgateError, ValueError):
+    code = "config_error"

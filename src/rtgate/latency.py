@@ -1,0 +1,149 @@
+"""Online latency models: what the gate predicts a tier will take.
+
+Each tier gets a :class:`LatencyModel` holding two streaming quantile sketches (DDSketch,
+relative-error guarantees), one for time to first piece and one for the whole answer. The
+sketches cover a sliding window of recent observations (two rotating halves), so the
+prediction follows a backend that gets slower or faster. Quantiles are refreshed when an
+observation is recorded, never while the gate is deciding: a decision only reads floats.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ddsketch import DDSketch
+
+__all__ = ["LatencyModel", "Prior", "WindowedQuantiles"]
+
+_INF = math.inf
+CENSORED_FACTOR = 2.0
+
+
+def _q(sketch: DDSketch, q: float) -> float:
+    """The q-quantile by upper nearest rank: with few samples, p99 is the maximum (the
+    conservative reading for a deadline), not the second largest."""
+    n = sketch.count
+    if n > 1:
+        q = min(1.0, math.ceil(q * (n - 1) - 1e-9) / (n - 1))
+    v = sketch.get_quantile_value(q)
+    return _INF if v is None else float(v)
+
+
+class WindowedQuantiles:
+    """p50/p90/p99 over roughly the last ``window`` observations, in milliseconds."""
+
+    __slots__ = ("_cur", "_prev", "_since_refresh", "p50", "p90", "p99", "refresh_every", "window")
+
+    def __init__(self, window: int = 512, refresh_every: int = 4) -> None:
+        if window < 2:
+            raise ValueError("window must be >= 2")
+        self.window = window
+        self.refresh_every = refresh_every
+        self._cur = DDSketch(relative_accuracy=0.01)
+        self._prev: DDSketch | None = None
+        self._since_refresh = 0
+        self.p50 = self.p90 = self.p99 = _INF
+
+    @property
+    def count(self) -> int:
+        prev = int(self._prev.count) if self._prev is not None else 0
+        return int(self._cur.count) + prev
+
+    def add(self, ms: float) -> None:
+        self._cur.add(max(ms, 1e-3))
+        if self._cur.count >= self.window // 2:
+            self._prev, self._cur = self._cur, DDSketch(relative_accuracy=0.01)
+        self._since_refresh += 1
+        # Refresh every observation while learning, then every few: quantiles move slowly.
+        if self.count < 64 or self._since_refresh >= self.refresh_every:
+            self.refresh()
+
+    def refresh(self) -> None:
+        self._since_refresh = 0
+        sketch = self._cur
+        if self._prev is not None:
+            sketch = DDSketch(relative_accuracy=0.01)
+            sketch.merge(self._prev)
+            if self._cur.count:
+                sketch.merge(self._cur)
+        if not sketch.count:
+            self.p50 = self.p90 = self.p99 = _INF
+            return
+        self.p50 = _q(sketch, 0.50)
+        self.p90 = _q(sketch, 0.90)
+        self.p99 = _q(sketch, 0.99)
+
+    def quantile(self, q: float) -> float:
+        """Any quantile, computed now (slower than the cached p50/p90/p99)."""
+        sketch = DDSketch(relative_accuracy=0.01)
+        if self._prev is not None:
+            sketch.merge(self._prev)
+        if self._cur.count:
+            sketch.merge(self._cur)
+        return _q(sketch, q) if sketch.count else _INF
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """What to assume before a tier has answered: its expected p99s in ms."""
+
+    ttft_p99_ms: float
+    total_p99_ms: float
+
+
+class LatencyModel:
+    """What one tier takes: first piece and whole answer.
+
+    With no observations and no prior the tier is *cold*: predictions are infinite, so the
+    gate treats it as too slow for any inline budget until it has answered (at warm-up, or
+    in the background). ``min_samples`` observations are needed before the sketch replaces
+    the prior.
+    """
+
+    __slots__ = ("min_samples", "prior", "total", "ttft")
+
+    def __init__(self, prior: Prior | None = None, window: int = 512, min_samples: int = 1) -> None:
+        self.prior = prior
+        self.min_samples = min_samples
+        self.ttft = WindowedQuantiles(window)
+        self.total = WindowedQuantiles(window)
+
+    @property
+    def cold(self) -> bool:
+        return self.prior is None and self.ttft.count < self.min_samples
+
+    def observe(self, ttft_ms: float, total_ms: float | None = None) -> None:
+        self.ttft.add(ttft_ms)
+        if total_ms is not None:
+            self.total.add(total_ms)
+
+    def observe_cutoff(self, waited_ms: float) -> None:
+        """The tier was cancelled after ``waited_ms`` without an answer.
+
+        The true latency is unknown but larger; it is recorded pessimistically as
+        ``CENSORED_FACTOR`` times the wait, so a tier that keeps missing its cut-off soon
+        predicts itself out of the budget instead of being tried and cut off forever.
+        """
+        self.ttft.add(waited_ms * CENSORED_FACTOR)
+        self.total.add(waited_ms * CENSORED_FACTOR)
+
+    def predict_ttft(self, q: str = "p99") -> float:
+        if self.ttft.count >= self.min_samples:
+            return float(getattr(self.ttft, q))
+        return self.prior.ttft_p99_ms if self.prior else _INF
+
+    def predict_total(self, q: str = "p99") -> float:
+        if self.total.count >= self.min_samples:
+            return float(getattr(self.total, q))
+        return self.prior.total_p99_ms if self.prior else _INF
+
+    def snapshot(self) -> dict[str, float | int | bool]:
+        return {
+            "cold": self.cold,
+            "samples": self.ttft.count,
+            "ttft_p50_ms": self.ttft.p50,
+            "ttft_p99_ms": self.predict_ttft(),
+            "total_p50_ms": self.total.p50,
+            "total_p99_ms": self.predict_total(),
+        }

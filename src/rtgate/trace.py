@@ -1,0 +1,69 @@
+"""The decision trace every answer carries: what the gate considered, and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Attempt", "Outcome", "Trace"]
+
+Outcome = Literal[
+    "answered",  # produced the answer
+    "declined",  # had nothing to say (template or cache miss, low confidence)
+    "skipped",  # predicted p99 did not fit what was left of the budget
+    "cut_off",  # no first piece by its cut-off, cancelled
+    "too_slow",  # started answering but could not finish in budget, cancelled
+    "error",  # raised
+    "hedge_lost",  # a hedged twin answered first, cancelled
+]
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One tier the gate considered for a request; times are ms from request start."""
+
+    tier: str
+    outcome: Outcome
+    predicted_ms: float | None = None
+    started_ms: float | None = None
+    first_ms: float | None = None
+    ended_ms: float | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"tier": self.tier, "outcome": self.outcome}
+        for k in ("predicted_ms", "started_ms", "first_ms", "ended_ms"):
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = round(v, 3) if v != float("inf") else None
+        if self.detail:
+            d["detail"] = self.detail
+        return d
+
+
+@dataclass(slots=True)
+class Trace:
+    request_id: str
+    budget_ms: float
+    attempts: list[Attempt] = field(default_factory=list)
+    route: str = "silent"
+    degraded: str | None = None
+    job_id: str | None = None
+    delegated_to: str | None = None
+    ttft_ms: float | None = None
+    elapsed_ms: float = 0.0
+    hedged: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "budget_ms": self.budget_ms,
+            "route": self.route,
+            "ttft_ms": None if self.ttft_ms is None else round(self.ttft_ms, 3),
+            "elapsed_ms": round(self.elapsed_ms, 3),
+            "degraded": self.degraded,
+            "job_id": self.job_id,
+            "delegated_to": self.delegated_to,
+            "hedged": self.hedged,
+            "attempts": [a.to_dict() for a in self.attempts],
+        }

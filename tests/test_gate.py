@@ -1,0 +1,289 @@
+"""The gate's policy on virtual loop time: choice, cut-off, fallback, delegation, hedging."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rtgate.delegate.inprocess import InProcessQueue
+from rtgate.gate import DoneEvent, FollowupEvent, Gate, GateConfig, TokenEvent
+from rtgate.latency import Prior
+from rtgate.tiers.base import Piece, Request
+from rtgate.tiers.fake import FakeTier
+
+pytestmark = pytest.mark.looptime
+
+
+def priors(**p99: float) -> dict[str, Prior]:
+    return {name: Prior(ms, ms) for name, ms in p99.items()}
+
+
+def chain(
+    cloud: FakeTier | None = None, local: FakeTier | None = None, template: FakeTier | None = None
+) -> list[FakeTier]:
+    return [
+        cloud or FakeTier("cloud", 80, ["deep"], ttft_ms=600, delegable=True),
+        local or FakeTier("local", 50, ["quick"], ttft_ms=60),
+        template or FakeTier("template", 10, ["canned"], ttft_ms=1),
+    ]
+
+
+async def test_picks_best_tier_whose_p99_fits() -> None:
+    gate = Gate(chain(), priors=priors(cloud=1800, local=110, template=4))
+    assert gate.choose(2000).name == "cloud"  # type: ignore[union-attr]
+    assert gate.choose(150).name == "local"  # type: ignore[union-attr]
+    assert gate.choose(20).name == "template"  # type: ignore[union-attr]
+    assert gate.choose(2) is None
+
+
+async def test_hanging_best_tier_is_cut_off_and_budget_holds() -> None:
+    cloud = FakeTier("cloud", 80, hang=True, delegable=True)
+    local = FakeTier("local", 50, ["quick"], ttft_ms=60)
+    async with Gate(chain(cloud, local), priors=priors(cloud=250, local=110, template=4)) as gate:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        res = await gate.answer(Request("hi", delegate=False), budget_ms=400)
+        elapsed = (loop.time() - t0) * 1000
+    assert res.route == "local"
+    assert res.text == "quick"
+    assert elapsed <= 400
+    outcomes = {a.tier: a.outcome for a in res.trace.attempts}
+    assert outcomes == {"cloud": "cut_off", "local": "answered"}
+    # the cut-off kept the local tier's p99 in reserve
+    cloud_att = res.trace.attempts[0]
+    assert cloud_att.ended_ms is not None and cloud_att.ended_ms <= 400 - 110
+    await asyncio.sleep(0)  # let the abandoned stream close in the background
+    assert cloud.cancelled == 1
+
+
+async def test_every_tier_hanging_still_answers_silently_in_budget() -> None:
+    tiers = [FakeTier(n, q, hang=True) for n, q in (("cloud", 80), ("local", 50), ("tpl", 10))]
+    cfg = GateConfig(placeholder="正在为你生成建议…")
+    async with Gate(tiers, config=cfg, priors=priors(cloud=100, local=50, tpl=5)) as gate:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        res = await gate.answer(Request("x"), budget_ms=150)
+        assert (loop.time() - t0) * 1000 <= 150
+    assert res.route == "silent" and res.placeholder
+    assert res.text == "正在为你生成建议…"
+    assert res.trace.degraded == "no tier answered in budget"
+    # cloud keeps only the template's p99 in reserve (cloud + local p99 > budget), so the
+    # local tier no longer fits once cloud is cut off
+    assert [a.outcome for a in res.trace.attempts] == ["cut_off", "skipped", "cut_off"]
+
+
+async def test_slow_tier_is_skipped_and_delegated_answer_follows_on_same_stream() -> None:
+    async with Gate(chain(), priors=priors(cloud=1800, local=110, template=4)) as gate:
+        events = [ev async for ev in gate.stream(Request("复杂问题"), 300, follow=True)]
+    kinds = [type(e) for e in events]
+    assert kinds == [TokenEvent, DoneEvent, FollowupEvent]
+    done = events[1]
+    assert isinstance(done, DoneEvent)
+    assert done.result.route == "local"
+    assert done.result.job_id is not None
+    assert done.result.trace.delegated_to == "cloud"
+    assert done.result.trace.attempts[0].outcome == "skipped"
+    follow = events[2]
+    assert isinstance(follow, FollowupEvent)
+    assert follow.job.status == "done" and follow.job.text == "deep"
+    assert follow.job.id == done.result.job_id
+
+
+async def test_job_is_retrievable_by_id_and_latency_learned_from_background() -> None:
+    async with Gate(chain(), priors=priors(cloud=1800, local=110, template=4)) as gate:
+        res = await gate.answer(Request("q"), 300)
+        assert res.job_id is not None
+        assert gate.jobs.get(res.job_id).status in ("queued", "running")
+        job = await gate.wait_job(res.job_id)
+        assert job.status == "done" and job.text == "deep"
+        assert job.ttft_ms == pytest.approx(600, abs=1)
+        # the observation replaced the prior: cloud's p99 is now ~600 ms
+        assert gate.models["cloud"].predict_total() == pytest.approx(600, rel=0.03)
+
+
+async def test_no_delegation_when_request_says_no_or_answer_is_better() -> None:
+    async with Gate(chain(), priors=priors(cloud=1800, local=110, template=4)) as gate:
+        res = await gate.answer(Request("q", delegate=False), 300)
+        assert res.job_id is None
+        res = await gate.answer(Request("q"), 3000)
+        assert res.route == "cloud" and res.job_id is None
+
+
+async def test_fallback_chain_error_then_decline_then_template() -> None:
+    cloud = FakeTier("cloud", 80, fail_at=0)
+    local = FakeTier("local", 50, decline=True, ttft_ms=5)
+    async with Gate(chain(cloud, local), priors=priors(cloud=100, local=50, template=4)) as gate:
+        res = await gate.answer(Request("q"), 500)
+    assert res.route == "template" and res.text == "canned"
+    assert [a.outcome for a in res.trace.attempts] == ["error", "declined", "answered"]
+    assert "RuntimeError" in res.trace.attempts[0].detail
+    assert res.trace.degraded == "fell back past cloud, local"
+
+
+async def test_cold_tier_without_prior_is_treated_as_slow() -> None:
+    tiers = chain()
+    async with Gate(tiers, priors=priors(local=110, template=4)) as gate:
+        assert gate.models["cloud"].cold
+        res = await gate.answer(Request("q", delegate=False), 5000)
+        assert res.route == "local"
+        await gate.warmup(Request("probe"))
+        assert gate.warm and not gate.models["cloud"].cold
+        res = await gate.answer(Request("q"), 5000)
+        assert res.route == "cloud"
+
+
+async def test_learns_that_a_tier_got_slower() -> None:
+    cloud = FakeTier("cloud", 80, ["deep"], ttft_ms=200)
+    async with Gate(chain(cloud), priors=priors(cloud=250, local=110, template=4)) as gate:
+        for _ in range(5):
+            res = await gate.answer(Request("q", delegate=False), 1000)
+            assert res.route == "cloud"
+        cloud.ttft_ms = 5000
+        results = [await gate.answer(Request("q", delegate=False), 1000) for _ in range(4)]
+    # one cut-off is enough: it is recorded pessimistically, cloud predicts itself out
+    assert results[0].trace.attempts[0].outcome == "cut_off"
+    assert results[0].route != "cloud"
+    assert [r.route for r in results[1:]] == ["local"] * 3
+    assert all(r.trace.attempts[0].outcome == "skipped" for r in results[1:])
+
+
+async def test_streaming_scope_bounds_first_piece_not_the_rest() -> None:
+    local = FakeTier("local", 50, ["a", "b", "c", "d"], ttft_ms=40, tpot_ms=50)
+    async with Gate([local], priors=priors(local=60)) as gate:
+        events = [ev async for ev in gate.stream(Request("q"), 100)]
+    tokens = [e for e in events if isinstance(e, TokenEvent)]
+    assert "".join(t.text for t in tokens) == "abcd"
+    assert tokens[0].t_ms == pytest.approx(40, abs=1)
+    assert tokens[-1].t_ms == pytest.approx(190, abs=1)
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    stats = gate.metrics.routes["local"]
+    assert stats.deadline_misses == 0 and stats.met_slo == 1
+
+
+async def test_complete_scope_falls_back_when_answer_cannot_finish() -> None:
+    local = FakeTier("local", 50, ["a", "b", "c", "d"], ttft_ms=20, tpot_ms=50)
+    async with Gate(chain(local=local), priors=priors(cloud=2000, local=60, template=4)) as gate:
+        res = await gate.answer(Request("q", delegate=False), 100)
+    assert res.route == "template"
+    assert [a.outcome for a in res.trace.attempts] == ["skipped", "too_slow", "answered"]
+    assert res.trace.elapsed_ms <= 100
+
+
+async def test_metrics_follow_vllm_definitions() -> None:
+    local = FakeTier("local", 50, ["a", "b", "c", "d", "e"], ttft_ms=100, tpot_ms=10)
+    async with Gate([local], priors=priors(local=200)) as gate:
+        await gate.answer(Request("q"), 1000)
+    snap = gate.metrics.snapshot()
+    r = snap["routes"]["local"]
+    assert r["ttft_ms"]["p50"] == pytest.approx(100, rel=0.01)
+    assert r["tpot_ms"]["p50"] == pytest.approx(10, rel=0.01)  # (140 - 100) / (5 - 1)
+    assert r["e2e_ms"]["p50"] == pytest.approx(140, rel=0.01)
+    assert r["itl_ms"]["count"] == 4
+    assert snap["share"] == {"local": 1.0}
+    assert snap["deadline_misses"] == 0
+
+
+async def test_deadline_misses_counted_when_budget_is_too_small_for_anything() -> None:
+    tier = FakeTier("only", 10, ["x"], ttft_ms=1)
+    async with Gate([tier], priors=priors(only=1)) as gate:
+        res = await gate.answer(Request("q"), 1.5)
+    # 1 ms safety leaves 0.5 ms: the tier is skipped, the answer is silent and on time
+    assert res.route == "silent"
+    assert gate.metrics.snapshot()["deadline_misses"] == 0
+
+
+async def test_full_delegation_queue_refuses_and_says_so() -> None:
+    cloud = FakeTier("cloud", 80, ["deep"], ttft_ms=10_000, delegable=True)
+    queue = InProcessQueue(maxsize=1, workers=1)
+    async with Gate(
+        chain(cloud), queue=queue, priors=priors(cloud=20_000, local=110, template=4)
+    ) as gate:
+        first = await gate.answer(Request("a"), 300)  # taken by the worker
+        await asyncio.sleep(0)
+        second = await gate.answer(Request("b"), 300)  # waits in the queue
+        third = await gate.answer(Request("c"), 300)  # refused
+    assert first.job_id and second.job_id
+    assert third.job_id is None
+    assert third.route == "local"
+    assert third.trace.degraded is not None and "queue full" in third.trace.degraded
+
+
+async def test_hedging_starts_the_next_tier_after_p90_and_takes_the_first_answer() -> None:
+    cloud = FakeTier("cloud", 80, ["deep"], ttft_ms=100)
+    local = FakeTier("local", 50, ["quick"], ttft_ms=30)
+    cfg = GateConfig(hedge=True, max_hedge_rate=0.5)
+    async with Gate([cloud, local], config=cfg, priors=priors(cloud=400, local=60)) as gate:
+        for _ in range(20):  # learn cloud: p90 ~100 ms
+            await gate.answer(Request("q"), 1000)
+        cloud.ttft_ms = 300  # now it is late
+        events = [ev async for ev in gate.stream(Request("q", delegate=False), 1000)]
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    res = done.result
+    assert res.trace.hedged
+    assert res.route == "local"
+    outcomes = {a.tier: a.outcome for a in res.trace.attempts}
+    assert outcomes == {"cloud": "hedge_lost", "local": "answered"}
+    # local started at cloud's p90 (~100 ms) and answered 30 ms later
+    assert res.trace.ttft_ms == pytest.approx(130, abs=5)
+
+
+async def test_hedge_rate_is_capped() -> None:
+    cloud = FakeTier("cloud", 80, ["deep"], ttft_ms=100)
+    local = FakeTier("local", 50, ["quick"], ttft_ms=30)
+    cfg = GateConfig(hedge=True, max_hedge_rate=0.05)
+    async with Gate([cloud, local], config=cfg, priors=priors(cloud=400, local=60)) as gate:
+        for _ in range(20):
+            await gate.answer(Request("q"), 1000)
+        cloud.ttft_ms = 300
+        hedged = 0
+        for _ in range(30):
+            async for ev in gate.stream(Request("q", delegate=False), 1000):
+                if isinstance(ev, DoneEvent) and ev.result.trace.hedged:
+                    hedged += 1
+    assert 1 <= hedged <= 6  # ~5% of the requests once the cap is reached
+
+
+async def test_pieces_keep_structured_data_and_trace_serialises() -> None:
+    tpl = FakeTier("template", 10, [Piece("我想把积分兑换成话费", {"intent": "points_exchange"})])
+    async with Gate([tpl], priors=priors(template=1)) as gate:
+        res = await gate.answer(Request("我想把"), 150)
+    assert res.data == [{"intent": "points_exchange"}]
+    d = res.to_dict()
+    assert d["route"] == "template" and d["trace"]["attempts"][0]["outcome"] == "answered"
+
+
+async def test_client_that_stops_reading_cancels_the_tier() -> None:
+    local = FakeTier("local", 50, ["a", "b", "c"], ttft_ms=10, tpot_ms=1000)
+    async with Gate([local], priors=priors(local=20)) as gate:
+        agen = gate.stream(Request("q"), 100)
+        first = await anext(agen)
+        assert isinstance(first, TokenEvent) and first.text == "a"
+        await agen.aclose()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+    assert local.cancelled == 1 and local.completed == 0
+
+
+async def test_skipped_tier_is_probed_in_background_and_recovers() -> None:
+    local = FakeTier("local", 50, ["quick"], ttft_ms=50)
+    cfg = GateConfig(probe_every=3)
+    async with Gate(
+        chain(local=local), config=cfg, priors=priors(cloud=5000, local=500, template=4)
+    ) as gate:
+        for _ in range(3):
+            res = await gate.answer(Request("q", delegate=False), 100)
+            assert res.route == "template"
+        await asyncio.sleep(1)  # the probe ran local in the background: 50 ms
+        assert gate.models["local"].predict_ttft() == pytest.approx(50, rel=0.03)
+        res = await gate.answer(Request("q", delegate=False), 100)
+    assert res.route == "local"
+
+
+def test_duplicate_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        Gate([FakeTier("a", 1), FakeTier("a", 2)])
+    with pytest.raises(ValueError, match="silent"):
+        Gate([FakeTier("silent", 1)])
