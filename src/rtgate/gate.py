@@ -64,7 +64,7 @@ class GateConfig:
         many skips in a row (0: never).
     """
 
-    safety_ms: float = 1.0
+    safety_ms: float = 2.0
     delegate: bool = True
     followup_budget_ms: float = 30_000.0
     stream_idle_ms: float = 5_000.0
@@ -315,7 +315,8 @@ class Gate:
                 else:
                     self._maybe_probe(tier, run.request)
                 continue
-            reserve = self._reserve_ms(index, room, scope) + cfg.safety_ms
+            # the next tier needs its p99, its own safety margin, and slack for timer jitter
+            reserve = self._reserve_ms(index, room, scope) + 2 * cfg.safety_ms
             cutoff = budget.deadline - reserve / 1000.0
             hedge = self._hedge_partner(index, room, scope)
             async with contextlib.aclosing(
@@ -614,13 +615,15 @@ class Gate:
                 self.jobs.finish(job)
 
     def _maybe_probe(self, tier: Tier, request: Request) -> None:
-        """A tier skipped ``probe_every`` times in a row is measured again off the request
-        path (one probe at a time), so a tier that was slow once is not skipped forever."""
+        """A tier skipped ``probe_every`` times in a row, or skipped before it was ever
+        measured (its prior was too pessimistic), is measured off the request path (one
+        probe at a time), so a tier that was slow once is not skipped forever."""
         every = self.config.probe_every
         if not every:
             return
         n = self._skips[tier.name] = self._skips.get(tier.name, 0) + 1
-        if n % every or tier.name in self._probing:
+        never_measured = self.models[tier.name].ttft.count == 0
+        if tier.name in self._probing or (n % every and not never_measured):
             return
         self._probing.add(tier.name)
         task = asyncio.ensure_future(self._probe(tier, request))

@@ -93,6 +93,9 @@ class JobStore:
                     del self._jobs[jid]
                     self._done.pop(jid, None)
 
+    def ids(self) -> list[str]:
+        return list(self._jobs)
+
     def get(self, job_id: str) -> Job:
         try:
             return self._jobs[job_id]

@@ -1,0 +1,1 @@
+"""Benchmarks: one run(...) -> dict per module and a typer command."""

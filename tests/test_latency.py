@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from rtgate.latency import CENSORED_FACTOR, LatencyModel, Prior, WindowedQuantiles
+
+
+def test_quantiles_match_samples_within_sketch_accuracy() -> None:
+    rng = random.Random(1)
+    w = WindowedQuantiles(window=10_000)
+    xs = [rng.lognormvariate(math.log(100), 0.5) for _ in range(4000)]
+    for x in xs:
+        w.add(x)
+    w.refresh()
+    xs.sort()
+    assert w.p50 == pytest.approx(xs[len(xs) // 2], rel=0.03)
+    assert w.p99 == pytest.approx(xs[int(0.99 * (len(xs) - 1))], rel=0.03)
+
+
+def test_few_samples_predict_their_maximum() -> None:
+    w = WindowedQuantiles()
+    for x in (10, 11, 12, 500):
+        w.add(x)
+    assert w.p99 == pytest.approx(500, rel=0.02)
+
+
+def test_window_forgets_old_latencies() -> None:
+    w = WindowedQuantiles(window=100, refresh_every=1)
+    for _ in range(100):
+        w.add(1000)
+    for _ in range(120):
+        w.add(10)
+    assert w.p99 == pytest.approx(10, rel=0.02)
+
+
+def test_cold_model_predicts_infinity_until_prior_or_sample() -> None:
+    m = LatencyModel()
+    assert m.cold and m.predict_ttft() == math.inf
+    m.observe(25.0, 80.0)
+    assert not m.cold
+    assert m.predict_ttft() == pytest.approx(25, rel=0.02)
+    assert m.predict_total() == pytest.approx(80, rel=0.02)
+    p = LatencyModel(Prior(5, 9))
+    assert not p.cold and p.predict_ttft() == 5 and p.predict_total() == 9
+
+
+def test_cutoff_is_recorded_pessimistically() -> None:
+    m = LatencyModel()
+    m.observe_cutoff(100.0)
+    assert m.predict_ttft() == pytest.approx(100 * CENSORED_FACTOR, rel=0.02)
+
+
+def test_bad_window_refused() -> None:
+    with pytest.raises(ValueError):
+        WindowedQuantiles(window=1)
