@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
@@ -280,7 +280,7 @@ class Gate:
         *,
         scope: Scope = "first_token",
         follow: bool = False,
-    ) -> AsyncIterator[GateEvent]:
+    ) -> AsyncGenerator[GateEvent, None]:
         """Pieces as they come, then ``DoneEvent``; with ``follow``, the delegated answer
         as a ``FollowupEvent`` on the same stream when it arrives."""
         budget = budget_ms if isinstance(budget_ms, Budget) else Budget(budget_ms)
@@ -299,7 +299,7 @@ class Gate:
         """The finished job (raises ``JobNotFound`` for an unknown id)."""
         return await self.jobs.wait(job_id)
 
-    async def _serve(self, run: _Run) -> AsyncIterator[TokenEvent]:
+    async def _serve(self, run: _Run) -> AsyncGenerator[TokenEvent, None]:
         budget, trace, scope = run.budget, run.trace, run.scope
         cfg = self.config
         for index, tier in enumerate(self.tiers):
@@ -338,7 +338,7 @@ class Gate:
 
     async def _attempt(
         self, run: _Run, tier: Tier, predicted: float, cutoff: float, hedge: Tier | None
-    ) -> AsyncIterator[TokenEvent]:
+    ) -> AsyncGenerator[TokenEvent, None]:
         budget, clock = run.budget, run.budget.clock
         t0 = budget.start
         started = clock()
@@ -468,7 +468,7 @@ class Gate:
 
     async def _stream_rest(
         self, run: _Run, tier: Tier, agen: AsyncIterator[str | Piece], first: Piece, started: float
-    ) -> AsyncIterator[TokenEvent]:
+    ) -> AsyncGenerator[TokenEvent, None]:
         clock, t0 = run.budget.clock, run.budget.start
         idle = self.config.stream_idle_ms / 1000.0
         piece: Piece | None = first
