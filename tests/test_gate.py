@@ -269,17 +269,106 @@ async def test_client_that_stops_reading_cancels_the_tier() -> None:
 
 async def test_skipped_tier_is_probed_in_background_and_recovers() -> None:
     local = FakeTier("local", 50, ["quick"], ttft_ms=50)
-    cfg = GateConfig(probe_every=3)
-    async with Gate(
-        chain(local=local), config=cfg, priors=priors(cloud=5000, local=500, template=4)
-    ) as gate:
-        for _ in range(3):
-            res = await gate.answer(Request("q", delegate=False), 100)
-            assert res.route == "template"
-        await asyncio.sleep(1)  # the probe ran local in the background: 50 ms
+    cfg = GateConfig(probe_interval_ms=5000)
+    pri = priors(cloud=5000, local=500, template=4)
+    async with Gate(chain(local=local), config=cfg, priors=pri) as gate:
+        res = await gate.answer(Request("q", delegate=False), 100)
+        assert res.route == "template"  # local's prior (500 ms) is too pessimistic
+        await asyncio.sleep(1)  # never measured: probed at once, in the background (50 ms)
+        assert local.calls == 1
         assert gate.models["local"].predict_ttft() == pytest.approx(50, rel=0.03)
         res = await gate.answer(Request("q", delegate=False), 100)
     assert res.route == "local"
+
+
+async def test_probes_of_a_slow_tier_are_rate_limited() -> None:
+    local = FakeTier("local", 50, ["quick"], ttft_ms=400)
+    cfg = GateConfig(probe_interval_ms=5000)
+    async with Gate(chain(local=local), config=cfg, priors=priors(cloud=5000, template=4)) as gate:
+        for _ in range(20):
+            await gate.answer(Request("q", delegate=False), 100)
+            await asyncio.sleep(0.5)  # 10 s of traffic
+    # the first skip probes at once, then at most one probe per 5 s: 3 in 10 s
+    assert 2 <= local.calls <= 3
+
+
+async def test_cancel_a_running_delegated_job() -> None:
+    cloud = FakeTier("cloud", 80, ["deep"], ttft_ms=10_000, delegable=True)
+    async with Gate(chain(cloud), priors=priors(cloud=20_000, local=110, template=4)) as gate:
+        res = await gate.answer(Request("q"), 300)
+        assert res.job_id is not None
+        await asyncio.sleep(1)
+        assert gate.jobs.get(res.job_id).status == "running"
+        assert gate.cancel_job(res.job_id)
+        job = await gate.wait_job(res.job_id)
+        assert job.status == "cancelled"
+        assert not gate.cancel_job(res.job_id)
+        await asyncio.sleep(0)
+        assert cloud.cancelled == 1
+        # the worker survived: the next job still runs
+        cloud.ttft_ms = 10
+        res2 = await gate.answer(Request("q2"), 300)
+        assert res2.job_id is not None
+        assert (await gate.wait_job(res2.job_id)).status == "done"
+
+
+async def test_cancel_a_queued_delegated_job() -> None:
+    cloud = FakeTier("cloud", 80, ["deep"], ttft_ms=1000, delegable=True)
+    queue = InProcessQueue(maxsize=4, workers=1)
+    pri = priors(cloud=20_000, local=110, template=4)
+    async with Gate(chain(cloud), queue=queue, priors=pri) as gate:
+        a = await gate.answer(Request("a"), 300)
+        b = await gate.answer(Request("b"), 300)
+        assert a.job_id and b.job_id
+        assert gate.cancel_job(b.job_id)
+        assert (await gate.wait_job(b.job_id)).status == "cancelled"
+        assert (await gate.wait_job(a.job_id)).status == "done"
+        await asyncio.sleep(2)
+    assert cloud.calls == 1  # b never ran
+
+
+async def test_first_token_scope_lets_the_tier_finish_past_the_budget() -> None:
+    seen: list[float] = []
+
+    class Watcher(FakeTier):
+        async def stream(self, request, budget):  # type: ignore[no-untyped-def]
+            seen.append(budget.left_ms())
+            async for p in super().stream(request, budget):
+                yield p
+
+    tier = Watcher("local", 50, ["a", "b"], ttft_ms=10)
+    cfg = GateConfig(stream_max_ms=5000)
+    async with Gate([tier], config=cfg, priors=priors(local=20)) as gate:
+        [ev async for ev in gate.stream(Request("q"), 100)]
+        await gate.answer(Request("q"), 100)
+    assert seen[0] == pytest.approx(5100, abs=1)  # streaming: budget + stream_max_ms
+    assert seen[1] == pytest.approx(100, abs=1)  # whole answer bounded: the budget itself
+
+
+async def test_stream_is_capped_by_stream_max_ms() -> None:
+    tier = FakeTier("local", 50, ["a"] * 100, ttft_ms=10, tpot_ms=100)
+    cfg = GateConfig(stream_max_ms=1000)
+    async with Gate([tier], config=cfg, priors=priors(local=20)) as gate:
+        events = [ev async for ev in gate.stream(Request("q"), 100)]
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert len(done.result.text) < 100
+    assert done.result.trace.degraded == "local ran out of stream time"
+
+
+async def test_warmup_records_only_the_last_round() -> None:
+    tier = FakeTier("local", 50, ["a"], ttft_ms=300)
+
+    class ColdFirst(FakeTier):
+        async def stream(self, request, budget):  # type: ignore[no-untyped-def]
+            self.ttft_ms = 300 if self.calls == 0 else 30
+            async for p in super().stream(request, budget):
+                yield p
+
+    tier = ColdFirst("local", 50, ["a"])
+    async with Gate([tier]) as gate:
+        await gate.warmup(rounds=2)
+    assert gate.models["local"].predict_ttft() == pytest.approx(30, rel=0.03)
 
 
 def test_duplicate_names_are_refused() -> None:

@@ -56,3 +56,26 @@ def test_cutoff_is_recorded_pessimistically() -> None:
 def test_bad_window_refused() -> None:
     with pytest.raises(ValueError):
         WindowedQuantiles(window=1)
+
+
+def test_old_outlier_ages_out_even_with_rare_samples() -> None:
+    now = [0.0]
+    w = WindowedQuantiles(window=512, max_age_s=60, clock=lambda: now[0])
+    w.add(2000)  # one bad sample (a cold start)
+    for _ in range(3):
+        now[0] += 20  # a probe every 20 s
+        w.add(50)
+    assert w.p99 > 1000  # 60 s later it is still in the older half
+    now[0] += 20
+    w.add(50)  # 80 s: the half holding it has rotated out (at most 1.5 x max_age_s)
+    assert w.p99 == pytest.approx(50, rel=0.02)
+
+
+def test_everything_ages_out_after_a_long_silence() -> None:
+    now = [0.0]
+    w = WindowedQuantiles(max_age_s=10, clock=lambda: now[0])
+    for _ in range(10):
+        w.add(500)
+    now[0] += 100
+    w.add(5)
+    assert w.count == 1 and w.p99 == pytest.approx(5, rel=0.02)

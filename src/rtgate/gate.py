@@ -57,21 +57,25 @@ class GateConfig:
         (a request's own ``delegate`` field overrides this).
     followup_budget_ms: the budget a delegated job gets.
     stream_idle_ms: once streaming, the longest gap allowed between two pieces.
+    stream_max_ms: once streaming, the longest the rest of the answer may take. When the
+        budget bounds the first piece only, tiers are handed a budget this much longer, so
+        a backend does not stop generating at the first-piece deadline.
     hedge: start the next tier too when the current one passes its p90 TTFT.
     max_hedge_rate: at most this share of requests may hedge (a running estimate).
     placeholder: the text of a silent answer.
-    probe_every: re-measure a skipped, non-delegable tier in the background after this
-        many skips in a row (0: never).
+    probe_interval_ms: re-measure a skipped, non-delegable tier in the background at most
+        this often, and at once if it was never measured (0: never).
     """
 
     safety_ms: float = 2.0
     delegate: bool = True
     followup_budget_ms: float = 30_000.0
     stream_idle_ms: float = 5_000.0
+    stream_max_ms: float = 60_000.0
     hedge: bool = False
     max_hedge_rate: float = 0.1
     placeholder: str = ""
-    probe_every: int = 50
+    probe_interval_ms: float = 5_000.0
 
 
 @dataclass(slots=True)
@@ -132,6 +136,7 @@ class _Run:
 
     request: Request
     budget: Budget
+    tier_budget: Budget  # what tiers see: longer than ``budget`` when it bounds the first piece
     scope: Scope
     trace: Trace
     times: list[float] = field(default_factory=list)
@@ -171,7 +176,7 @@ class Gate:
         self.config = config or GateConfig()
         self.metrics = metrics or GateMetrics()
         self.queue: JobQueue = queue or InProcessQueue()
-        self.jobs = store or JobStore()
+        self.jobs = store if store is not None else JobStore()  # an empty store is falsy
         priors = dict(priors or {})
         self.models: dict[str, LatencyModel] = {
             t.name: LatencyModel(priors.get(t.name, getattr(t, "latency_prior", None)))
@@ -180,7 +185,8 @@ class Gate:
         self.warm = False
         self._hedges = 0.0  # exponentially weighted share of requests that hedged
         self._background: set[asyncio.Future[Any]] = set()
-        self._skips: dict[str, int] = {}
+        self._last_probe: dict[str, float] = {}
+        self._job_tasks: dict[str, asyncio.Task[None]] = {}
         self._probing: set[str] = set()
         self._started = False
 
@@ -210,24 +216,30 @@ class Gate:
             await tier.aclose()
         self._started = False
 
-    async def warmup(self, probe: Request | None = None, budget_ms: float = 60_000.0) -> None:
-        """Load every tier, then answer ``probe`` once on each so none starts cold."""
+    async def warmup(
+        self, probe: Request | None = None, budget_ms: float = 60_000.0, rounds: int = 2
+    ) -> None:
+        """Load every tier, then answer ``probe`` ``rounds`` times on each; only the last
+        round is recorded (a first inference is slower than the ones that follow)."""
         for tier in self.tiers:
             await tier.warmup()
         probe = probe or Request(input="hello")
         for tier in self.tiers:
-            budget = Budget(budget_ms)
-            t0 = budget.clock()
-            first: float | None = None
-            try:
-                async with asyncio.timeout_at(budget.deadline):
-                    async for _ in tier.stream(probe, budget):
-                        if first is None:
-                            first = budget.clock()
-            except (Declined, TimeoutError):
-                pass
-            end = budget.clock()
-            self.models[tier.name].observe(((first or end) - t0) * 1000.0, (end - t0) * 1000.0)
+            for r in range(rounds):
+                budget = Budget(budget_ms)
+                t0 = budget.clock()
+                first: float | None = None
+                try:
+                    async with asyncio.timeout_at(budget.deadline):
+                        async for _ in tier.stream(probe, budget):
+                            if first is None:
+                                first = budget.clock()
+                except (Declined, TimeoutError):
+                    pass
+                end = budget.clock()
+                if r == rounds - 1:
+                    ttft = ((first or end) - t0) * 1000.0
+                    self.models[tier.name].observe(ttft, (end - t0) * 1000.0)
         self.warm = True
 
     # -- decisions -------------------------------------------------------------------------
@@ -284,7 +296,11 @@ class Gate:
         """Pieces as they come, then ``DoneEvent``; with ``follow``, the delegated answer
         as a ``FollowupEvent`` on the same stream when it arrives."""
         budget = budget_ms if isinstance(budget_ms, Budget) else Budget(budget_ms)
-        run = _Run(request, budget, scope, Trace(request.id, budget.budget_ms))
+        tier_budget = budget
+        if scope == "first_token":
+            total = budget.budget_ms + self.config.stream_max_ms
+            tier_budget = Budget(total, clock=budget.clock, start=budget.start)
+        run = _Run(request, budget, tier_budget, scope, Trace(request.id, budget.budget_ms))
         with use_budget(budget):
             async with contextlib.aclosing(self._serve(run)) as events:
                 async for ev in events:
@@ -344,7 +360,7 @@ class Gate:
         started = clock()
         att = Attempt(tier.name, "declined", predicted, (started - t0) * 1000.0)
         run.trace.attempts.append(att)
-        agen = tier.stream(run.request, budget)
+        agen = tier.stream(run.request, run.tier_budget)
         first: Piece | None = None
         try:
             if hedge is not None and run.scope == "first_token":
@@ -434,7 +450,7 @@ class Gate:
             detail="hedge",
         )
         run.trace.attempts.append(att2)
-        agen2 = partner.stream(run.request, run.budget)
+        agen2 = partner.stream(run.request, run.tier_budget)
         twin = asyncio.ensure_future(anext(agen2))
         pending = {main, twin}
         while pending:
@@ -471,6 +487,7 @@ class Gate:
     ) -> AsyncGenerator[TokenEvent, None]:
         clock, t0 = run.budget.clock, run.budget.start
         idle = self.config.stream_idle_ms / 1000.0
+        end_by = run.tier_budget.deadline
         piece: Piece | None = first
         try:
             while piece is not None:
@@ -479,12 +496,13 @@ class Gate:
                 run.times.append(t_ms)
                 yield TokenEvent(piece.text, piece.data, t_ms)
                 try:
-                    async with asyncio.timeout(idle):
+                    async with asyncio.timeout_at(min(clock() + idle, end_by)):
                         piece = _as_piece(await anext(agen))
                 except StopAsyncIteration:
                     piece = None
         except TimeoutError:
-            run.trace.degraded = f"{tier.name} stalled mid-stream"
+            late = clock() >= end_by
+            run.trace.degraded = f"{tier.name} {'ran out of stream time' if late else 'stalled'}"
         except Exception as e:
             run.trace.degraded = f"{tier.name} failed mid-stream: {type(e).__name__}"
         finally:
@@ -580,19 +598,34 @@ class Gate:
         t0 = budget.clock()
         first: float | None = None
         parts: list[Piece] = []
+        if job.status == "cancelled":  # cancelled while it waited in the queue
+            return
         job.status = "running"
         self.metrics.queue_depth.set(self.queue.depth)
-        try:
+
+        async def consume() -> None:
+            nonlocal first
             with use_budget(budget):
                 async with asyncio.timeout_at(budget.deadline):
                     async for p in tier.stream(job.request, budget):
                         if first is None:
                             first = budget.clock()
                         parts.append(_as_piece(p))
+
+        inner = asyncio.ensure_future(consume())
+        if store:
+            self._job_tasks[job.id] = inner
+        try:
+            await inner
             job.status = "done"
         except asyncio.CancelledError:
-            job.status, job.error = "failed", "cancelled"
-            raise
+            me = asyncio.current_task()
+            if inner.cancelled() and (me is None or not me.cancelling()):
+                job.status, job.error = "cancelled", "cancelled by the caller"
+            else:
+                inner.cancel()
+                job.status, job.error = "failed", "cancelled"
+                raise
         except TimeoutError:
             job.status, job.error = "failed", f"no answer within {job.budget_ms:.0f} ms"
         except Declined as e:
@@ -611,20 +644,37 @@ class Gate:
             elif job.error and job.error.startswith("no answer within"):
                 self.models[tier.name].observe_cutoff(job.elapsed_ms)
             if store:
+                self._job_tasks.pop(job.id, None)
                 self.metrics.delegated(tier.name, job.status)
                 self.jobs.finish(job)
 
+    def cancel_job(self, job_id: str) -> bool:
+        """Stop a delegated job (queued or running). False if it had already finished."""
+        job = self.jobs.get(job_id)
+        if job.status in ("done", "failed", "cancelled"):
+            return False
+        task = self._job_tasks.get(job_id)
+        if task is not None:
+            task.cancel()
+        else:  # still queued: the worker will skip it
+            job.status, job.error = "cancelled", "cancelled by the caller"
+            self.jobs.finish(job)
+        return True
+
     def _maybe_probe(self, tier: Tier, request: Request) -> None:
-        """A tier skipped ``probe_every`` times in a row, or skipped before it was ever
-        measured (its prior was too pessimistic), is measured off the request path (one
-        probe at a time), so a tier that was slow once is not skipped forever."""
-        every = self.config.probe_every
-        if not every:
+        """A skipped tier is measured again off the request path, at most once per
+        ``probe_interval_ms`` (at once if it was never measured: its prior may be too
+        pessimistic), one probe at a time, so a tier that was slow once is not skipped
+        forever."""
+        interval = self.config.probe_interval_ms / 1000.0
+        if not interval or tier.name in self._probing:
             return
-        n = self._skips[tier.name] = self._skips.get(tier.name, 0) + 1
+        now = asyncio.get_running_loop().time()
+        last = self._last_probe.get(tier.name)
         never_measured = self.models[tier.name].ttft.count == 0
-        if tier.name in self._probing or (n % every and not never_measured):
+        if last is not None and now - last < interval and not never_measured:
             return
+        self._last_probe[tier.name] = now
         self._probing.add(tier.name)
         task = asyncio.ensure_future(self._probe(tier, request))
         self._background.add(task)
@@ -636,7 +686,6 @@ class Gate:
             await self._run_job(job, store=False)
         finally:
             self._probing.discard(tier.name)
-            self._skips[tier.name] = 0
 
     # -- housekeeping ----------------------------------------------------------------------
 

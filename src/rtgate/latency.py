@@ -2,14 +2,18 @@
 
 Each tier gets a :class:`LatencyModel` holding two streaming quantile sketches (DDSketch,
 relative-error guarantees), one for time to first piece and one for the whole answer. The
-sketches cover a sliding window of recent observations (two rotating halves), so the
-prediction follows a backend that gets slower or faster. Quantiles are refreshed when an
-observation is recorded, never while the gate is deciding: a decision only reads floats.
+sketches cover a sliding window of recent observations (two rotating halves, bounded in
+count and in age), so the prediction follows a backend that gets slower or faster, and one
+slow outlier ages out within 1.5 x ``max_age_s`` even for a tier that is rarely measured.
+Quantiles are refreshed when an observation is recorded, never while the gate is
+deciding: a decision only reads floats.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ddsketch import DDSketch
@@ -31,16 +35,40 @@ def _q(sketch: DDSketch, q: float) -> float:
 
 
 class WindowedQuantiles:
-    """p50/p90/p99 over roughly the last ``window`` observations, in milliseconds."""
+    """p50/p90/p99 over the last ``window`` observations *and* the last ``max_age_s``
+    seconds, in milliseconds: an old outlier ages out even when samples are rare."""
 
-    __slots__ = ("_cur", "_prev", "_since_refresh", "p50", "p90", "p99", "refresh_every", "window")
+    __slots__ = (
+        "_clock",
+        "_cur",
+        "_cur_started",
+        "_prev",
+        "_since_refresh",
+        "max_age_s",
+        "p50",
+        "p90",
+        "p99",
+        "refresh_every",
+        "window",
+    )
 
-    def __init__(self, window: int = 512, refresh_every: int = 4) -> None:
+    def __init__(
+        self,
+        window: int = 512,
+        refresh_every: int = 4,
+        max_age_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if window < 2:
             raise ValueError("window must be >= 2")
+        if max_age_s <= 0:
+            raise ValueError("max_age_s must be > 0")
         self.window = window
         self.refresh_every = refresh_every
+        self.max_age_s = max_age_s
+        self._clock = clock
         self._cur = DDSketch(relative_accuracy=0.01)
+        self._cur_started = 0.0
         self._prev: DDSketch | None = None
         self._since_refresh = 0
         self.p50 = self.p90 = self.p99 = _INF
@@ -50,10 +78,23 @@ class WindowedQuantiles:
         prev = int(self._prev.count) if self._prev is not None else 0
         return int(self._cur.count) + prev
 
+    def _expire(self, now: float) -> None:
+        age = now - self._cur_started
+        if age >= self.max_age_s:  # everything held is older than the window
+            self._prev, self._cur = None, DDSketch(relative_accuracy=0.01)
+        elif age >= self.max_age_s / 2 and self._cur.count:
+            self._prev, self._cur = self._cur, DDSketch(relative_accuracy=0.01)
+
     def add(self, ms: float) -> None:
+        now = self._clock()
+        if self._cur.count:
+            self._expire(now)
+        if not self._cur.count:
+            self._cur_started = now
         self._cur.add(max(ms, 1e-3))
         if self._cur.count >= self.window // 2:
             self._prev, self._cur = self._cur, DDSketch(relative_accuracy=0.01)
+            self._cur_started = now
         self._since_refresh += 1
         # Refresh every observation while learning, then every few: quantiles move slowly.
         if self.count < 64 or self._since_refresh >= self.refresh_every:
@@ -103,11 +144,18 @@ class LatencyModel:
 
     __slots__ = ("min_samples", "prior", "total", "ttft")
 
-    def __init__(self, prior: Prior | None = None, window: int = 512, min_samples: int = 1) -> None:
+    def __init__(
+        self,
+        prior: Prior | None = None,
+        window: int = 512,
+        min_samples: int = 1,
+        max_age_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.prior = prior
         self.min_samples = min_samples
-        self.ttft = WindowedQuantiles(window)
-        self.total = WindowedQuantiles(window)
+        self.ttft = WindowedQuantiles(window, max_age_s=max_age_s, clock=clock)
+        self.total = WindowedQuantiles(window, max_age_s=max_age_s, clock=clock)
 
     @property
     def cold(self) -> bool:

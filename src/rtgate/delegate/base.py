@@ -21,7 +21,7 @@ from rtgate.errors import JobNotFound
 
 __all__ = ["Job", "JobQueue", "JobRunner", "JobStatus", "JobStore", "new_job_id"]
 
-JobStatus = Literal["queued", "running", "done", "failed"]
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
 _seq = itertools.count(1)
 _prefix = os.urandom(3).hex()
@@ -89,7 +89,7 @@ class JobStore:
             for jid, old in list(self._jobs.items()):
                 if len(self._jobs) <= self.max_jobs:
                     break
-                if old.status in ("done", "failed"):
+                if old.status in ("done", "failed", "cancelled"):
                     del self._jobs[jid]
                     self._done.pop(jid, None)
 
@@ -114,7 +114,7 @@ class JobStore:
     async def wait(self, job_id: str) -> Job:
         job = self.get(job_id)
         ev = self._done.get(job_id)
-        if ev is not None and job.status not in ("done", "failed"):
+        if ev is not None and job.status not in ("done", "failed", "cancelled"):
             await ev.wait()
         return self.get(job_id)
 
