@@ -357,7 +357,6 @@ async def test_stream_is_capped_by_stream_max_ms() -> None:
 
 
 async def test_warmup_records_only_the_last_round() -> None:
-    tier = FakeTier("local", 50, ["a"], ttft_ms=300)
 
     class ColdFirst(FakeTier):
         async def stream(self, request, budget):  # type: ignore[no-untyped-def]
@@ -369,6 +368,52 @@ async def test_warmup_records_only_the_last_round() -> None:
     async with Gate([tier]) as gate:
         await gate.warmup(rounds=2)
     assert gate.models["local"].predict_ttft() == pytest.approx(30, rel=0.03)
+
+
+class SlowToCancel(FakeTier):
+    """Hangs, and takes ``cleanup_ms`` to unwind when cancelled (closing a connection)."""
+
+    cleanup_ms = 100.0
+
+    async def stream(self, request, budget):  # type: ignore[no-untyped-def]
+        try:
+            await asyncio.Event().wait()
+            yield "never"
+        finally:
+            await asyncio.sleep(self.cleanup_ms / 1000)
+
+
+async def test_a_tier_slow_to_cancel_does_not_delay_the_fallback() -> None:
+    slow = SlowToCancel("cloud", 80)
+    local = FakeTier("local", 50, ["quick"], ttft_ms=40)
+    async with Gate([slow, local], priors=priors(cloud=150, local=60)) as gate:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        res = await gate.answer(Request("q", delegate=False), 300)
+        elapsed = (loop.time() - t0) * 1000
+    assert res.route == "local"
+    # cut at 300 - 60 - 2*2 = 236 ms; local answers 40 ms later, not 100 ms of cleanup later
+    assert elapsed == pytest.approx(276, abs=2)
+
+
+async def test_reserved_tier_still_runs_when_the_cut_off_overran() -> None:
+    class Overrun(FakeTier):
+        async def stream(self, request, budget):  # type: ignore[no-untyped-def]
+            try:
+                await asyncio.Event().wait()
+                yield "never"
+            except asyncio.CancelledError:
+                await asyncio.sleep(0.03)  # 30 ms to unwind, inside the caller's await
+                raise
+
+    # predicted below inline_ms: awaited in place, so the overrun lands on the request
+    cfg = GateConfig(inline_ms=1000)
+    over = Overrun("cloud", 80)
+    local = FakeTier("local", 50, ["quick"], ttft_ms=10)
+    async with Gate([over, local], config=cfg, priors=priors(cloud=150, local=60)) as gate:
+        res = await gate.answer(Request("q", delegate=False), 300)
+    assert [a.outcome for a in res.trace.attempts] == ["cut_off", "answered"]
+    assert res.route == "local" and res.trace.elapsed_ms <= 300
 
 
 def test_duplicate_names_are_refused() -> None:

@@ -26,7 +26,13 @@ console = Console()
 
 # (module, attribute, where): typer apps contributed by the subsystems. `where` is "root" to
 # add their commands at the top level, "bench" under `rtgate bench`, or a group name.
-_PLUGINS: list[tuple[str, str, str]] = []
+_PLUGINS: list[tuple[str, str, str]] = [
+    ("rtgate.apps.npc.cli", "app", "root"),
+    ("rtgate.apps.npc.cli", "bench_app", "bench"),
+    ("rtgate.fakellm.cli", "app", "root"),
+    ("rtgate.bench.faults", "app", "bench"),
+    ("rtgate.security.cli", "app", "keys"),
+]
 
 
 def write_json(report: dict[str, object], path: Path | None) -> None:

@@ -65,6 +65,8 @@ class GateConfig:
     placeholder: the text of a silent answer.
     probe_interval_ms: re-measure a skipped, non-delegable tier in the background at most
         this often, and at once if it was never measured (0: never).
+    inline_ms: tiers predicted faster than this are awaited in place; slower ones in a
+        child task that a cut-off abandons without waiting for it to unwind.
     """
 
     safety_ms: float = 2.0
@@ -76,6 +78,7 @@ class GateConfig:
     max_hedge_rate: float = 0.1
     placeholder: str = ""
     probe_interval_ms: float = 5_000.0
+    inline_ms: float = 1.0
 
 
 @dataclass(slots=True)
@@ -256,19 +259,21 @@ class Gate:
                 return tier
         return None
 
-    def _reserve_ms(self, index: int, room_ms: float, scope: Scope) -> float:
-        """Time to keep for falling back from ``self.tiers[index]``: the next tier down if
-        it still fits after this one's p99, else the cheapest one that fits at all."""
+    def _reserve(self, index: int, room_ms: float, scope: Scope) -> tuple[float, Tier | None]:
+        """Time to keep for falling back from ``self.tiers[index]``, and for which tier:
+        the next tier down if it still fits after this one's p99, else the cheapest one
+        that fits at all (none: the silent answer needs no time)."""
         mine = self.predict(self.tiers[index], scope)
-        cheapest = 0.0
+        cheapest: tuple[float, Tier | None] = (0.0, None)
         first = True
         for lower in self.tiers[index + 1 :]:
             p = self.predict(lower, scope)
             if p > room_ms:
                 continue
             if first and mine + p <= room_ms:
-                return p
-            cheapest = p if first else min(cheapest, p)
+                return p, lower
+            if first or p < cheapest[0]:
+                cheapest = (p, lower)
             first = False
         return cheapest
 
@@ -318,9 +323,22 @@ class Gate:
     async def _serve(self, run: _Run) -> AsyncGenerator[TokenEvent, None]:
         budget, trace, scope = run.budget, run.trace, run.scope
         cfg = self.config
+        reserved: Tier | None = None  # the tier a previous cut-off kept time for
         for index, tier in enumerate(self.tiers):
             room = budget.left_ms() - cfg.safety_ms
             predicted = self.predict(tier, scope)
+            if tier is reserved and predicted > room > 0:
+                # The cut-off before it ran late (timer jitter, a slow cancellation):
+                # still give the tier we kept time for what is left, up to the deadline.
+                cutoff = budget.deadline - cfg.safety_ms / 1000.0
+                async with contextlib.aclosing(
+                    self._attempt(run, tier, predicted, cutoff, None)
+                ) as events:
+                    async for ev in events:
+                        yield ev
+                if run.answered is not None:
+                    return
+                continue
             if predicted > room:
                 trace.attempts.append(
                     Attempt(tier.name, "skipped", predicted, detail=f"{room:.1f} ms left")
@@ -332,8 +350,8 @@ class Gate:
                     self._maybe_probe(tier, run.request)
                 continue
             # the next tier needs its p99, its own safety margin, and slack for timer jitter
-            reserve = self._reserve_ms(index, room, scope) + 2 * cfg.safety_ms
-            cutoff = budget.deadline - reserve / 1000.0
+            reserve_ms, reserved = self._reserve(index, room, scope)
+            cutoff = budget.deadline - (reserve_ms + 2 * cfg.safety_ms) / 1000.0
             hedge = self._hedge_partner(index, room, scope)
             async with contextlib.aclosing(
                 self._attempt(run, tier, predicted, cutoff, hedge)
@@ -368,7 +386,7 @@ class Gate:
                     run, tier, agen, att, hedge, cutoff
                 )
             else:
-                first = await self._first(agen, cutoff)
+                first = await self._first(agen, cutoff, predicted)
         except Declined as e:
             att.detail = str(e)
         except StopAsyncIteration:
@@ -385,8 +403,8 @@ class Gate:
         att.ended_ms = (now - t0) * 1000.0
         if first is None:
             self._discard(agen)
-            if att.outcome == "declined":
-                self.models[tier.name].observe((now - started) * 1000.0)
+            # a decline is not a latency sample: an instant "no" (a miss, an open circuit,
+            # a full admission slot) says nothing about how long an answer takes
             self.metrics.attempt(tier.name, att.outcome)
             return
         att.first_ms = (now - t0) * 1000.0
@@ -415,9 +433,26 @@ class Gate:
                     yield TokenEvent(p.text, p.data, t)
         self.metrics.attempt(tier.name, att.outcome)
 
-    async def _first(self, agen: AsyncIterator[str | Piece], cutoff: float) -> Piece:
-        async with asyncio.timeout_at(cutoff):
-            return _as_piece(await anext(agen))
+    async def _first(
+        self, agen: AsyncIterator[str | Piece], cutoff: float, predicted: float
+    ) -> Piece:
+        """The first piece by ``cutoff`` or ``TimeoutError``.
+
+        A tier predicted to answer within ``inline_ms`` is awaited in place (cheapest). A
+        slower one is awaited in a child task: at the cut-off the task is cancelled and
+        left to unwind in the background, so a backend that is slow to cancel (closing a
+        connection, joining a thread) never delays the fallback.
+        """
+        if predicted <= self.config.inline_ms:
+            async with asyncio.timeout_at(cutoff):
+                return _as_piece(await anext(agen))
+        task = asyncio.ensure_future(anext(agen))
+        loop = asyncio.get_running_loop()
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, cutoff - loop.time()))
+        if not done:
+            self._cancel(task)
+            raise TimeoutError
+        return _as_piece(task.result())
 
     async def _first_hedged(
         self,
