@@ -448,9 +448,13 @@ class Gate:
                 return _as_piece(await anext(agen))
         task = asyncio.ensure_future(anext(agen))
         loop = asyncio.get_running_loop()
-        done, _ = await asyncio.wait({task}, timeout=max(0.0, cutoff - loop.time()))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, cutoff - loop.time()))
+        except BaseException:  # the request itself was cancelled: so is the tier
+            self._abandon(task, agen)
+            raise
         if not done:
-            self._cancel(task)
+            self._abandon(task, agen)
             raise TimeoutError
         return _as_piece(task.result())
 
@@ -467,11 +471,15 @@ class Gate:
         clock = run.budget.clock
         hedge_at = clock() + self.models[tier.name].predict_ttft("p90") / 1000.0
         main = asyncio.ensure_future(anext(agen))
-        done, _ = await asyncio.wait({main}, timeout=max(0.0, min(hedge_at, cutoff) - clock()))
+        try:
+            done, _ = await asyncio.wait({main}, timeout=max(0.0, min(hedge_at, cutoff) - clock()))
+        except BaseException:
+            self._abandon(main, agen)
+            raise
         self._hedges *= 0.99
         if main in done or hedge_at >= cutoff:
             if main not in done:
-                self._cancel(main)
+                self._abandon(main, agen)
                 raise TimeoutError
             return tier, agen, _as_piece(main.result()), att
         self._hedges += 0.01
@@ -487,26 +495,33 @@ class Gate:
         run.trace.attempts.append(att2)
         agen2 = partner.stream(run.request, run.tier_budget)
         twin = asyncio.ensure_future(anext(agen2))
+        gens = {main: agen, twin: agen2}
         pending = {main, twin}
-        while pending:
-            done, pending = await asyncio.wait(
-                pending, timeout=max(0.0, cutoff - clock()), return_when=asyncio.FIRST_COMPLETED
-            )
-            if not done:
-                break
-            for fut in done:
-                if fut.exception() is None:
-                    for loser in pending:
-                        self._cancel(loser)
-                    if fut is main:
-                        att2.outcome, att2.ended_ms = "hedge_lost", (clock() - t0) * 1000.0
-                        self._discard(agen2)
-                        return tier, agen, _as_piece(fut.result()), att
-                    att.outcome, att.ended_ms = "hedge_lost", (clock() - t0) * 1000.0
-                    self._discard(agen)
-                    return partner, agen2, _as_piece(fut.result()), att2
+        try:
+            while pending:
+                done, pending = await asyncio.wait(
+                    pending, timeout=max(0.0, cutoff - clock()), return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    break
+                for fut in done:
+                    if fut.exception() is None:
+                        for loser in pending:
+                            self._abandon(loser, gens[loser])
+                        pending = set()
+                        if fut is main:
+                            att2.outcome, att2.ended_ms = "hedge_lost", (clock() - t0) * 1000.0
+                            self._discard(agen2)
+                            return tier, agen, _as_piece(fut.result()), att
+                        att.outcome, att.ended_ms = "hedge_lost", (clock() - t0) * 1000.0
+                        self._discard(agen)
+                        return partner, agen2, _as_piece(fut.result()), att2
+        except BaseException:
+            for fut in pending:
+                self._abandon(fut, gens[fut])
+            raise
         for fut in pending:
-            self._cancel(fut)
+            self._abandon(fut, gens[fut])
         self._discard(agen2)
         if not pending and main.done() and twin.done():
             # both failed before the cut-off: report the primary's failure
@@ -727,8 +742,8 @@ class Gate:
     def _discard(self, agen: AsyncIterator[Any]) -> None:
         """Close an abandoned tier stream in the background: never on the request's path."""
         aclose = getattr(agen, "aclose", None)
-        if aclose is None:
-            return
+        if aclose is None or getattr(agen, "ag_running", False):
+            return  # a task still runs it: _abandon closes it when that task is done
         task = asyncio.ensure_future(aclose())
         self._background.add(task)
         task.add_done_callback(self._reap)
@@ -737,6 +752,12 @@ class Gate:
         fut.cancel()
         self._background.add(fut)
         fut.add_done_callback(self._reap)
+
+    def _abandon(self, task: asyncio.Future[Any], agen: AsyncIterator[Any]) -> None:
+        """Cancel a task that is waiting on ``agen`` and close ``agen`` once it has
+        unwound; neither is awaited here."""
+        task.add_done_callback(lambda _: self._discard(agen))
+        self._cancel(task)
 
     def _reap(self, fut: asyncio.Future[Any]) -> None:
         self._background.discard(fut)
