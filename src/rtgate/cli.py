@@ -32,6 +32,8 @@ _PLUGINS: list[tuple[str, str, str]] = [
     ("rtgate.fakellm.cli", "app", "root"),
     ("rtgate.bench.faults", "app", "bench"),
     ("rtgate.security.cli", "app", "keys"),
+    ("rtgate.delegate.worker_cli", "app", "root"),
+    ("rtgate.bench.delegation", "bench_app", "bench"),
 ]
 
 
