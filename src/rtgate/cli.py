@@ -34,6 +34,8 @@ _PLUGINS: list[tuple[str, str, str]] = [
     ("rtgate.security.cli", "app", "keys"),
     ("rtgate.delegate.worker_cli", "app", "root"),
     ("rtgate.bench.delegation", "bench_app", "bench"),
+    ("rtgate.bench.fast_tiers", "app", "bench"),
+    ("rtgate.apps.autocomplete.intents_cli", "app", "intents"),
 ]
 
 

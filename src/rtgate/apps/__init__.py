@@ -1,0 +1,1 @@
+"""Applications built on rtgate: each scenario is a subpackage."""

@@ -1,0 +1,102 @@
+"""``rtgate intents eval|train``: held-out accuracy of the intent classifiers, and the
+models shipped in the package data.
+
+``eval`` trains on the deterministic training split (80 %, stratified by intent) and
+reports on the held-out 20 %: accuracy on full queries, top-3 accuracy on their prefixes
+(≥ 2 characters / words), calibration bins and precision/coverage per threshold.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rtgate.apps.autocomplete.domain import (
+    DATA_DIR,
+    ModelKind,
+    corpus_digest,
+    load_corpus,
+    model_path,
+    train_classifier,
+)
+from rtgate.tiers.intents import evaluate, holdout_split
+
+__all__ = ["app", "holdout_report"]
+
+app = typer.Typer(help="Intent classifiers of the autocomplete domain.", no_args_is_help=True)
+
+
+def holdout_report(kind: ModelKind = "ngram", *, data_dir: Path = DATA_DIR) -> dict[str, Any]:
+    """Train on the training split and measure on the held-out split."""
+    train, test = holdout_split(load_corpus(data_dir))
+    t0 = time.perf_counter()
+    model = train_classifier(kind, train, data_dir=data_dir)
+    train_s = time.perf_counter() - t0
+    report: dict[str, Any] = {"model": kind, "n_train": len(train), "train_s": round(train_s, 2)}
+    report.update(evaluate(model.rank, test))
+    top = [model.rank(ex.text)[0] for ex in test]
+    conf = np.array([p for _, p in top])
+    ok = np.array([intent == ex.intent for (intent, _), ex in zip(top, test, strict=True)])
+    bins = []
+    for lo, hi in ((0.0, 0.5), (0.5, 0.7), (0.7, 0.9), (0.9, 1.01)):
+        m = (conf >= lo) & (conf < hi)
+        if m.any():
+            mean_conf, accuracy = float(conf[m].mean()), float(ok[m].mean())
+            bins.append(
+                {"conf": [lo, min(hi, 1.0)], "n": int(m.sum()), "mean_conf": mean_conf,
+                 "accuracy": accuracy}
+            )  # fmt: skip
+    report["calibration"] = bins
+    report["by_threshold"] = [
+        {"threshold": th, "coverage": float((conf >= th).mean()),
+         "precision": float(ok[conf >= th].mean()) if (conf >= th).any() else None}
+        for th in (0.3, 0.5, 0.7, 0.9)
+    ]  # fmt: skip
+    return report
+
+
+@app.command("eval")
+def eval_cmd(
+    kind: Annotated[str, typer.Option(help="ngram, e5 or both")] = "ngram",
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+) -> None:
+    """Held-out accuracy on full queries and top-3 on prefixes."""
+    kinds: list[ModelKind] = ["ngram", "e5"] if kind == "both" else [_kind(kind)]
+    reports = [holdout_report(k) for k in kinds]
+    table = Table("model", "train", "held-out", "query acc", "query top3", "prefixes",
+                  "prefix top1", "prefix top3")  # fmt: skip
+    for r in reports:
+        table.add_row(r["model"], str(r["n_train"]), str(r["n_queries"]),
+                      f"{r['query_accuracy']:.3f}", f"{r['query_top3']:.3f}", str(r["n_prefixes"]),
+                      f"{r['prefix_top1']:.3f}", f"{r['prefix_top3']:.3f}")  # fmt: skip
+    Console().print(table)
+    if json_out is not None:
+        json_out.write_text(json.dumps(reports, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+@app.command("train")
+def train_cmd(
+    kind: Annotated[str, typer.Option(help="ngram, e5 or both")] = "both",
+    data_dir: Annotated[Path, typer.Option(help="domain data folder")] = DATA_DIR,
+) -> None:
+    """Train on the whole corpus and write intent-<kind>.npz beside it."""
+    kinds: list[ModelKind] = ["ngram", "e5"] if kind == "both" else [_kind(kind)]
+    for k in kinds:
+        model = train_classifier(k, data_dir=data_dir)
+        model.save(model_path(k, data_dir))
+        typer.echo(f"wrote {model_path(k, data_dir)} (corpus {corpus_digest(data_dir)[:12]})")
+
+
+def _kind(kind: str) -> ModelKind:
+    if kind == "ngram":
+        return "ngram"
+    if kind == "e5":
+        return "e5"
+    raise typer.BadParameter(f"unknown model kind {kind!r}")
