@@ -69,8 +69,9 @@ async def test_every_tier_hanging_still_answers_silently_in_budget() -> None:
     assert res.text == "正在为你生成建议…"
     assert res.trace.degraded == "no tier answered in budget"
     # cloud keeps only the template's p99 in reserve (cloud + local p99 > budget), so the
-    # local tier no longer fits once cloud is cut off
-    assert [a.outcome for a in res.trace.attempts] == ["cut_off", "skipped", "cut_off"]
+    # local tier no longer fits once cloud is cut off; before going silent it still gets
+    # what is left, as a last resort
+    assert [a.outcome for a in res.trace.attempts] == ["cut_off", "skipped", "cut_off", "cut_off"]
 
 
 async def test_slow_tier_is_skipped_and_delegated_answer_follows_on_same_stream() -> None:
@@ -414,6 +415,33 @@ async def test_reserved_tier_still_runs_when_the_cut_off_overran() -> None:
         res = await gate.answer(Request("q", delegate=False), 300)
     assert [a.outcome for a in res.trace.attempts] == ["cut_off", "answered"]
     assert res.route == "local" and res.trace.elapsed_ms <= 300
+
+
+async def test_a_stale_outlier_does_not_silence_a_fast_tier() -> None:
+    template = FakeTier("template", 10, ["canned"], ttft_ms=0.2)
+    async with Gate([template], priors=priors(template=1)) as gate:
+        gate.models["template"].observe(67.0, 67.0)  # one stall, now its p99
+        res = await gate.answer(Request("q"), 50)
+    assert res.route == "template"
+    assert [a.outcome for a in res.trace.attempts] == ["skipped", "answered"]
+    assert res.trace.attempts[-1].detail == "last resort"
+
+
+async def test_warmup_survives_a_broken_tier_and_reports_it() -> None:
+    class Broken(FakeTier):
+        async def warmup(self) -> None:
+            raise ConnectionError("unreachable")
+
+    broken = Broken("cloud", 80)
+    failing = FakeTier("local", 50, fail_at=0)
+    ok = FakeTier("template", 10, ["a"], ttft_ms=1)
+    async with Gate([broken, failing, ok]) as gate:
+        await gate.warmup()
+    assert gate.warmup_status["cloud"].startswith("warmup failed: ConnectionError")
+    assert gate.warmup_status["local"].startswith("RuntimeError")
+    assert gate.warmup_status["template"] == "ok"
+    assert not gate.models["template"].cold and gate.models["cloud"].cold
+    assert gate.snapshot()["warmup"]["template"] == "ok"
 
 
 def test_duplicate_names_are_refused() -> None:

@@ -27,6 +27,8 @@ console = Console()
 # (module, attribute, where): typer apps contributed by the subsystems. `where` is "root" to
 # add their commands at the top level, "bench" under `rtgate bench`, or a group name.
 _PLUGINS: list[tuple[str, str, str]] = [
+    ("rtgate.server.cli", "app", "root"),
+    ("rtgate.bench.http", "app", "bench"),
     ("rtgate.apps.npc.cli", "app", "root"),
     ("rtgate.apps.npc.cli", "bench_app", "bench"),
     ("rtgate.fakellm.cli", "app", "root"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -186,6 +187,7 @@ class Gate:
             for t in self.tiers
         }
         self.warm = False
+        self.warmup_status: dict[str, str] = {}
         self._hedges = 0.0  # exponentially weighted share of requests that hedged
         self._background: set[asyncio.Future[Any]] = set()
         self._last_probe: dict[str, float] = {}
@@ -223,11 +225,19 @@ class Gate:
         self, probe: Request | None = None, budget_ms: float = 60_000.0, rounds: int = 2
     ) -> None:
         """Load every tier, then answer ``probe`` ``rounds`` times on each; only the last
-        round is recorded (a first inference is slower than the ones that follow)."""
+        round is recorded (a first inference is slower than the ones that follow). A tier
+        that fails is reported in ``warmup_status`` and stays cold; the others still warm."""
+        self.warmup_status = {}
         for tier in self.tiers:
-            await tier.warmup()
+            try:
+                await tier.warmup()
+            except Exception as e:
+                self.warmup_status[tier.name] = f"warmup failed: {type(e).__name__}: {e}"
         probe = probe or Request(input="hello")
         for tier in self.tiers:
+            if tier.name in self.warmup_status:  # its warmup() failed
+                continue
+            status = "ok"
             for r in range(rounds):
                 budget = Budget(budget_ms)
                 t0 = budget.clock()
@@ -237,13 +247,20 @@ class Gate:
                         async for _ in tier.stream(probe, budget):
                             if first is None:
                                 first = budget.clock()
-                except (Declined, TimeoutError):
-                    pass
+                except Declined:
+                    pass  # a miss is a valid answer to a probe: the tier works
+                except TimeoutError:
+                    status = f"no answer within {budget_ms:.0f} ms"
+                except Exception as e:  # one broken tier must not leave the others cold
+                    status = f"{type(e).__name__}: {e}"
+                    break
                 end = budget.clock()
                 if r == rounds - 1:
                     ttft = ((first or end) - t0) * 1000.0
                     self.models[tier.name].observe(ttft, (end - t0) * 1000.0)
-        self.warm = True
+            self.warmup_status[tier.name] = status
+        # warm: no tier is left cold (each has answered once or has a prior)
+        self.warm = not any(m.cold for m in self.models.values())
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -360,7 +377,33 @@ class Gate:
                     yield ev
             if run.answered is not None:
                 return
+        # Silence is the worst answer: before giving it, try the cheapest tier that was
+        # skipped only on its prediction (a stale outlier, a stall) with what is left.
+        last = self._last_resort(run)
+        if last is not None and budget.left_ms() > 2 * cfg.safety_ms:
+            cutoff = budget.deadline - cfg.safety_ms / 1000.0
+            async with contextlib.aclosing(
+                self._attempt(run, last, self.predict(last, scope), cutoff, None)
+            ) as events:
+                async for ev in events:
+                    yield ev
+            if run.answered is not None:
+                run.trace.attempts[-1].detail = "last resort"
+                return
         trace.degraded = trace.degraded or "no tier answered in budget"
+
+    def _last_resort(self, run: _Run) -> Tier | None:
+        skipped = {a.tier for a in run.trace.attempts if a.outcome == "skipped"}
+        tried = {a.tier for a in run.trace.attempts if a.outcome != "skipped"}
+        best: Tier | None = None
+        for tier in self.tiers:
+            if tier.name in skipped and tier.name not in tried:
+                p = self.predict(tier, run.scope)
+                if p == math.inf:  # cold: never answered, stays "slow" until it has
+                    continue
+                if best is None or p < self.predict(best, run.scope):
+                    best = tier
+        return best
 
     def _hedge_partner(self, index: int, room: float, scope: Scope) -> Tier | None:
         if not self.config.hedge or self._hedges >= self.config.max_hedge_rate:
@@ -769,6 +812,7 @@ class Gate:
         """Metrics, learned latencies and queue state as plain data."""
         return {
             "warm": self.warm,
+            "warmup": dict(self.warmup_status),
             "tiers": {
                 t.name: {
                     "quality": t.quality,

@@ -457,6 +457,13 @@ class SyncGate:
             if warmup:
                 try:
                     await self.gate.warmup(probe)
+                    failed = {
+                        name: status
+                        for name, status in self.gate.warmup_status.items()
+                        if status.startswith("warmup failed")
+                    }
+                    if failed and len(failed) == len(self.gate.tiers):
+                        raise RuntimeError("; ".join(f"{n}: {st}" for n, st in failed.items()))
                 except Exception as e:
                     self._start_error = e
                     return

@@ -1,0 +1,150 @@
+"""Build a :class:`~rtgate.gate.Gate` from a :class:`~rtgate.config.Config`.
+
+The default chain, best first by quality: the cloud tier (a remote OpenAI-compatible model,
+or, with none configured, the local model wrapped in the ``cloud-70b`` latency profile:
+an *emulation*, labelled as such), the local model (llama.cpp, in process), then the
+template table. Optional: an answer cache above the cloud tier (filled with the cloud
+tier's answers) and an intent classifier above the templates. The builders of each tier
+are in :mod:`rtgate.builders`.
+
+:func:`warm_up` loads and probes every tier once at start-up and reports how each went.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rtgate import builders as build
+from rtgate.backends.base import Backend
+from rtgate.builders import TierInfo, llama_threads
+from rtgate.config import Config
+from rtgate.delegate.base import JobStore
+from rtgate.delegate.factory import make_queue
+from rtgate.emulate import EmulatedLatency
+from rtgate.errors import ConfigError
+from rtgate.gate import Gate
+from rtgate.latency import Prior
+from rtgate.tiers.base import Request, Tier
+
+__all__ = ["Assembly", "TierInfo", "assemble", "build_gate", "llama_threads", "warm_up"]
+
+log = logging.getLogger("rtgate.assemble")
+
+CloudMode = Literal["remote", "emulated", "off"]
+
+
+@dataclass(slots=True)
+class Assembly:
+    """A gate and what it is made of."""
+
+    gate: Gate
+    cloud_mode: CloudMode
+    tiers: list[TierInfo]
+    notes: list[str] = field(default_factory=list)
+    warm: dict[str, str] = field(default_factory=dict)
+    warmup_ms: float | None = None
+
+    @classmethod
+    def of(cls, gate: Gate) -> Assembly:
+        """Describe a gate built elsewhere (tests, embedding applications)."""
+        infos = []
+        for t in gate.tiers:
+            kind, label = "custom", type(t).__name__
+            if isinstance(t, EmulatedLatency):
+                kind, label = "emulated", f"{type(t.inner).__name__} as {t.profile.name}"
+            infos.append(TierInfo(t.name, kind, t.quality, t.delegable, label))
+        mode: CloudMode = "off"
+        cloud = gate.by_name.get("cloud")
+        if cloud is not None:
+            mode = "emulated" if isinstance(cloud, EmulatedLatency) else "remote"
+        return cls(gate, mode, infos)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "cloud_mode": self.cloud_mode,
+            "tiers": [t.to_dict() for t in self.tiers],
+            "notes": list(self.notes),
+            "warm": dict(self.warm),
+            "warmup_ms": self.warmup_ms,
+        }
+
+
+def build_gate(config: Config) -> Gate:
+    """The gate for ``config`` (not started, not warm)."""
+    return assemble(config).gate
+
+
+def assemble(config: Config) -> Assembly:
+    """Build every configured tier and the gate over them."""
+    tiers: list[tuple[Tier, TierInfo]] = []
+    priors: dict[str, Prior] = {}
+    notes: list[str] = []
+    if config.templates.enabled:
+        tiers.append(build.templates(config))
+    if config.classifier.enabled:
+        tiers.append(build.classifier(config))
+    cache = None
+    if config.cache.enabled:
+        cache, info = build.cache(config)
+        tiers.append((cache, info))
+    backend: Backend | None = None
+    if config.local.enabled or (config.cloud.enabled and not config.cloud.remote):
+        backend = build.llama(config)
+    if config.local.enabled:
+        assert backend is not None
+        tiers.append(build.local(config, backend))
+    mode: CloudMode = "off"
+    if config.cloud.enabled:
+        if config.cloud.remote:
+            tier, info = build.remote(config)
+            mode = "remote"
+            if config.cloud.ttft_p99_ms is not None:
+                p = config.cloud.ttft_p99_ms
+                priors[tier.name] = Prior(p, p + 20.0 * config.cloud.max_tokens)
+        else:
+            assert backend is not None
+            tier, info = build.emulated(config, backend)
+            mode = "emulated"
+            notes.append(
+                f"cloud tier is EMULATED: {info.label}. Configure [cloud] base_url and model "
+                "(or RTGATE_CLOUD_BASE_URL / RTGATE_CLOUD_MODEL) for a real remote model."
+            )
+        if cache is not None:
+            tier = build.RememberAnswers(tier, cache)
+        tiers.append((tier, info))
+    if not tiers:
+        raise ConfigError(
+            "no tier is enabled: enable at least one of templates, classifier, cache, local, cloud"
+        )
+    g = config.gate
+    store = JobStore(g.max_jobs)
+    gate = Gate(
+        [t for t, _ in tiers],
+        config=config.gate_config(),
+        queue=make_queue(config.delegation, store),
+        store=store,
+        priors=priors,
+    )
+    infos = sorted((i for _, i in tiers), key=lambda i: -i.quality)
+    return Assembly(gate, mode, infos, notes)
+
+
+async def warm_up(
+    assembly: Assembly, budget_ms: float = 60_000.0, max_tokens: int = 16
+) -> dict[str, str]:
+    """Load and probe every tier (``Gate.warmup``); one bad tier never stops the others.
+    Returns each tier's warm-up status ("ok" or what went wrong)."""
+    gate = assembly.gate
+    t0 = time.perf_counter()
+    probe = Request(input="hello", max_tokens=max_tokens, delegate=False)
+    await gate.warmup(probe, budget_ms=budget_ms)
+    status = dict(gate.warmup_status)
+    for name, st in status.items():
+        if st != "ok":
+            log.warning("warm-up of tier %s: %s", name, st)
+    assembly.warm = status
+    assembly.warmup_ms = (time.perf_counter() - t0) * 1000.0
+    return status

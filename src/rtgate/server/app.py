@@ -1,0 +1,197 @@
+"""The ASGI application: :func:`create_app` wires the gate, the routers and the errors.
+
+Other applications add their endpoints as FastAPI routers, three ways:
+
+- ``create_app(config, extra_routers=[router])`` in code;
+- ``[server] routers = ["package.module:router"]`` in the config (an ``APIRouter``, or a
+  callable taking the :class:`~rtgate.config.Config` and returning one);
+- an entry point in the ``rtgate.routers`` group of an installed package (same shapes),
+  found when ``server.discover_routers`` is true (the default).
+
+A router that needs start-up work gives itself a ``lifespan``; it runs inside the app's,
+so the gate is ready and ``get_state`` works. Endpoints reach the gate through the
+:func:`~rtgate.server.state.get_state` dependency.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from importlib.metadata import entry_points
+from importlib.metadata import version as dist_version
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+
+from rtgate.assemble import Assembly, assemble, warm_up
+from rtgate.config import Config
+from rtgate.errors import ConfigError
+from rtgate.gate import Gate
+from rtgate.server import gate_api, openai_api, ws
+from rtgate.server.errors import BodyLimitMiddleware, install_error_handlers
+from rtgate.server.state import ServerState, state
+from rtgate.server.streams import ClientGone, json_response
+
+__all__ = ["ROUTER_GROUP", "create_app", "load_routers"]
+
+log = logging.getLogger("rtgate.server")
+ROUTER_GROUP = "rtgate.routers"
+RouterSpec = APIRouter | Callable[[Config], APIRouter] | Callable[[], APIRouter]
+
+ops = APIRouter(tags=["ops"])
+
+
+def _version() -> str:
+    try:
+        return dist_version("rtgate")
+    except Exception:
+        return "0+unknown"
+
+
+@ops.get("/healthz", summary="Liveness, warm state and what each tier is")
+async def healthz(st: Annotated[ServerState, Depends(state)]) -> Response:
+    asm, gate = st.assembly, st.gate
+    snap = gate.snapshot()
+    tiers = []
+    for info in asm.tiers:
+        entry: dict[str, Any] = info.to_dict()
+        entry["warm"] = asm.warm.get(info.name, "not warmed")
+        entry.update(snap["tiers"].get(info.name, {}))
+        tiers.append(entry)
+    failed = [n for n, s in asm.warm.items() if s != "ok"]
+    cloud = next((t for t in asm.tiers if t.name == "cloud"), None)
+    body = {
+        "status": "degraded" if failed else "ok",
+        "version": _version(),
+        "warm": gate.warm,
+        "warmup_ms": asm.warmup_ms,
+        "uptime_s": round(time.time() - st.started, 3),
+        "cloud": {
+            "mode": asm.cloud_mode,
+            "emulated": asm.cloud_mode == "emulated",
+            "label": cloud.label if cloud else None,
+        },
+        "tiers": tiers,
+        "notes": asm.notes,
+        "queue_depth": snap["queue_depth"],
+        "jobs": len(gate.jobs),
+    }
+    return json_response(body)
+
+
+@ops.get("/metrics", summary="Prometheus metrics of the gate")
+async def metrics(st: Annotated[ServerState, Depends(state)]) -> Response:
+    return Response(generate_latest(st.gate.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _resolve(obj: Any, config: Config, where: str) -> APIRouter:
+    if isinstance(obj, APIRouter):
+        return obj
+    if callable(obj):
+        made = obj(config) if inspect.signature(obj).parameters else obj()
+        if isinstance(made, APIRouter):
+            return made
+    raise ConfigError(f"{where}: expected an APIRouter or a function returning one")
+
+
+def load_routers(config: Config) -> list[APIRouter]:
+    """The routers named in ``server.routers`` and, if enabled, the installed entry points."""
+    out: list[APIRouter] = []
+    if config.server.discover_routers:
+        for ep in entry_points(group=ROUTER_GROUP):
+            out.append(_resolve(ep.load(), config, f"entry point {ep.name} ({ep.value})"))
+    for spec in config.server.routers:
+        module, _, attr = spec.partition(":")
+        if not module or not attr:
+            raise ConfigError(f"server.routers: {spec!r} is not 'package.module:attribute'")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"server.routers: cannot load {spec!r}: {e}") from e
+        out.append(_resolve(obj, config, f"server.routers: {spec}"))
+    return out
+
+
+def _announce(asm: Assembly) -> None:
+    for info in asm.tiers:
+        state = asm.warm.get(info.name, "not warmed")
+        log.info(
+            "tier %s (q=%d, %s): %s [%s]", info.name, info.quality, info.kind, info.label, state
+        )
+    for note in asm.notes:
+        log.warning("%s", note)
+    if asm.warmup_ms is not None:
+        log.info("warm-up took %.0f ms", asm.warmup_ms)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    return Response(status_code=499)  # nobody reads it: the client has left
+
+
+def create_app(
+    config: Config | None = None,
+    *,
+    assembly: Assembly | None = None,
+    gate: Gate | None = None,
+    extra_routers: Sequence[RouterSpec] = (),
+    warmup: bool | None = None,
+    freeze_gc: bool = False,
+    middleware: Sequence[Middleware] = (),
+) -> FastAPI:
+    """The rtgate server application.
+
+    Args:
+        config: settings (default: the embedded defaults, ``Config()``).
+        assembly: a prebuilt gate and its description (else built from ``config`` at
+            start-up); ``gate`` is a bare gate instead (tests, embedding).
+        extra_routers: more routers to mount (``APIRouter`` or ``f(config) -> APIRouter``).
+        middleware: ASGI middleware around everything (API keys, CORS), outermost first.
+        warmup: warm every tier at start-up (default: ``config.gate.warmup``).
+        freeze_gc: after start-up, move every object to the garbage collector's permanent
+            generation (``gc.freeze``), so full collections stop rescanning the loaded
+            libraries and models: fewer long pauses. For a dedicated server process.
+    """
+    config = config or Config()
+    do_warmup = config.gate.warmup if warmup is None else warmup
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        asm = assembly or (Assembly.of(gate) if gate is not None else assemble(config))
+        async with asm.gate:
+            if do_warmup:
+                await warm_up(asm, config.gate.warmup_budget_ms, config.gate.warmup_max_tokens)
+            _announce(asm)
+            app.state.rtgate = ServerState(config, asm)
+            if freeze_gc:
+                gc.collect()
+                gc.freeze()
+            try:
+                yield
+            finally:
+                app.state.rtgate = None
+
+    app = FastAPI(
+        title="rtgate",
+        version=_version(),
+        summary="A latency-budget gate for language models",
+        lifespan=lifespan,
+        middleware=list(middleware),
+    )
+    app.state.rtgate = None
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.server.max_body_bytes)
+    install_error_handlers(app)
+    app.add_exception_handler(ClientGone, _client_gone)
+    for router in (gate_api.router, openai_api.router, ws.router, ops):
+        app.include_router(router)
+    for spec in [*extra_routers, *load_routers(config)]:
+        app.include_router(_resolve(spec, config, "extra router"))
+    return app

@@ -1,0 +1,137 @@
+"""``POST /v1/gate`` and ``GET /v1/jobs/{id}``: the gate over HTTP.
+
+Streamed answers are server-sent events::
+
+    event: token      data: {"text": "...", "t_ms": 12.3, "data": {...}?}   (zero or more)
+    event: done       data: {"answer", "route", "placeholder", "job_id", "data", "trace"}
+    event: followup   data: {"id", "status", "text", ...}    (when a job was delegated)
+    event: error      data: {"error": {"code", "message"}}    (only if something broke)
+
+Comment lines (``: ping``) keep the connection alive while a follow-up is pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from starlette.requests import Request as HttpRequest
+from starlette.responses import Response
+
+from rtgate.gate import DoneEvent, GateResult, TokenEvent
+from rtgate.server.errors import error_body
+from rtgate.server.schemas import ErrorOut, GateAnswer, GateBody, JobOut
+from rtgate.server.state import ServerState, get_state, state
+from rtgate.server.streams import (
+    answer_dict,
+    follow_job,
+    json_response,
+    sse,
+    sse_response,
+)
+from rtgate.tiers.base import Message, Request
+
+__all__ = ["router"]
+
+log = logging.getLogger("rtgate.server")
+router = APIRouter(tags=["gate"])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut},
+    404: {"model": ErrorOut},
+    413: {"model": ErrorOut},
+    503: {"model": ErrorOut},
+}
+_SSE_DOC = {"text/event-stream": {"schema": {"type": "string"}}}
+BUDGET_HEADER = {
+    "name": "X-Budget-Ms",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "number", "exclusiveMinimum": 0},
+    "description": "Latency budget in ms (the tighter of this and budget_ms applies).",
+}
+ACCEPT_HEADER = {
+    "name": "Accept",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string"},
+    "description": "text/event-stream for a streamed answer.",
+}
+
+
+def _result_headers(result: GateResult) -> dict[str, str]:
+    headers = {"X-Rtgate-Route": result.route}
+    if result.job_id is not None:
+        headers["X-Rtgate-Job-Id"] = result.job_id
+    return headers
+
+
+@router.post(
+    "/v1/gate",
+    response_model=GateAnswer,
+    responses={200: {"content": _SSE_DOC}, **_ERRORS},
+    summary="Answer within a latency budget",
+    openapi_extra={"parameters": [BUDGET_HEADER, ACCEPT_HEADER]},
+)
+async def gate_answer(body: GateBody, http: HttpRequest) -> Response:
+    """The best answer that fits the budget. With ``stream`` (or ``Accept:
+    text/event-stream``): tokens as they come, then ``done``, then ``followup``."""
+    # headers and state are read directly, not as FastAPI parameters: this is the hot path
+    st = get_state(http)
+    headers = http.headers
+    accept = headers.get("accept")
+    budget = st.budget_ms(headers.get("x-budget-ms"), body.budget_ms)
+    messages = [Message(m.role, m.content) for m in body.messages or ()]
+    req = st.request(body.input, messages, max_tokens=body.max_tokens, delegate=body.delegate)
+    if body.stream or (accept is not None and "text/event-stream" in accept):
+        return sse_response(_events(st, req, budget, body.follow))
+    result = await st.answer(http, req, budget)
+    return json_response(answer_dict(result), headers=_result_headers(result))
+
+
+async def _events(
+    st: ServerState, req: Request, budget: float, follow: bool
+) -> AsyncIterator[bytes]:
+    result: GateResult | None = None
+    try:
+        async with contextlib.aclosing(st.gate.stream(req, budget)) as events:
+            async for ev in events:
+                if isinstance(ev, TokenEvent):
+                    token: dict[str, Any] = {"text": ev.text, "t_ms": round(ev.t_ms, 3)}
+                    if ev.data is not None:
+                        token["data"] = dict(ev.data)
+                    yield sse("token", token)
+                elif isinstance(ev, DoneEvent):
+                    result = ev.result
+                    yield sse("done", answer_dict(result))
+        if follow and result is not None and result.job_id is not None:
+            async for chunk in follow_job(st.gate, result.job_id, st.config.server.sse_ping_s):
+                yield chunk
+    except Exception as e:  # the response has started: report in-band, never a traceback
+        log.exception("gate stream failed")
+        yield sse("error", error_body(500, "internal_error", f"stream failed: {type(e).__name__}"))
+
+
+@router.get(
+    "/v1/jobs/{job_id}",
+    response_model=JobOut,
+    responses={404: {"model": ErrorOut}},
+    summary="A delegated job",
+)
+async def get_job(
+    job_id: str,
+    st: Annotated[ServerState, Depends(state)],
+    wait_ms: Annotated[
+        float, Query(ge=0, le=60_000, description="Wait up to this long for it to finish.")
+    ] = 0,
+) -> Response:
+    """Status and, once finished, the result of a delegated job."""
+    job = st.gate.jobs.get(job_id)  # JobNotFound -> 404
+    if wait_ms > 0 and job.status not in ("done", "failed"):
+        with contextlib.suppress(TimeoutError):
+            job = await asyncio.wait_for(st.gate.wait_job(job_id), wait_ms / 1000.0)
+    return json_response(job.to_dict())

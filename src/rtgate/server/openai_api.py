@@ -1,0 +1,186 @@
+"""``POST /v1/chat/completions`` and ``GET /v1/models``, OpenAI-compatible.
+
+Model ``auto`` (and any other name in ``server.models``) goes through the gate. The budget
+comes from the ``X-Budget-Ms`` header or a ``budget_ms`` field (the tighter wins). What
+rtgate adds rides in an extra ``rtgate`` object (``route``, ``job_id``, ``placeholder``,
+``trace``) on the completion, or on the last chunk of a stream; a non-streamed answer
+also carries ``X-Rtgate-Route`` and, when a deeper answer was delegated,
+``X-Rtgate-Job-Id`` headers. Fetch the deeper answer at ``GET /v1/jobs/{id}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header
+from starlette.requests import Request as HttpRequest
+from starlette.responses import Response
+
+from rtgate.gate import DoneEvent, GateResult, TokenEvent
+from rtgate.server.errors import ApiError, error_body
+from rtgate.server.schemas import ChatCompletionRequest, ChatMessageIn, ErrorOut
+from rtgate.server.state import ServerState, state
+from rtgate.server.streams import json_response, sse, sse_response
+from rtgate.tiers.base import Message, Request
+
+__all__ = ["router"]
+
+log = logging.getLogger("rtgate.server")
+router = APIRouter(tags=["openai"])
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+
+def _text(msg: ChatMessageIn, index: int) -> str:
+    content = msg.content
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        if part.type != "text" or part.text is None:
+            raise ApiError(
+                400,
+                "unsupported_content",
+                f"messages[{index}]: only text content is supported, got {part.type!r}",
+                f"messages.{index}.content",
+            )
+        parts.append(part.text)
+    return "".join(parts)
+
+
+def _messages(body: ChatCompletionRequest) -> tuple[str, list[Message]]:
+    """The gate's ``input`` (the last user turn) and the whole conversation."""
+    out: list[Message] = []
+    for i, m in enumerate(body.messages):
+        role = _ROLES.get(m.role)
+        if role is None:
+            raise ApiError(
+                400,
+                "unsupported_role",
+                f"messages[{i}]: role {m.role!r} is not supported (tools are not)",
+                f"messages.{i}.role",
+            )
+        out.append(Message(role, _text(m, i)))  # type: ignore[arg-type]
+    users = [m.content for m in out if m.role == "user"]
+    if not users or not users[-1].strip():
+        raise ApiError(400, "invalid_request", "messages need a non-empty user message", "messages")
+    return users[-1], out
+
+
+def _rtgate(result: GateResult) -> dict[str, Any]:
+    return {
+        "route": result.route,
+        "job_id": result.job_id,
+        "placeholder": result.placeholder,
+        "trace": result.trace.to_dict(),
+    }
+
+
+def _finish_reason(result: GateResult, req: Request) -> str:
+    return "length" if len(result.pieces) >= req.max_tokens else "stop"
+
+
+@router.get("/v1/models", summary="Models served through the gate")
+async def list_models(st: Annotated[ServerState, Depends(state)]) -> Response:
+    created = int(st.started)
+    data = [
+        {"id": name, "object": "model", "created": created, "owned_by": "rtgate"}
+        for name in st.config.server.models
+    ]
+    return json_response({"object": "list", "data": data})
+
+
+@router.post(
+    "/v1/chat/completions",
+    responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 413: {"model": ErrorOut}},
+    summary="OpenAI-compatible chat completion within a latency budget",
+)
+async def chat_completions(
+    body: ChatCompletionRequest,
+    http: HttpRequest,
+    st: Annotated[ServerState, Depends(state)],
+    x_budget_ms: Annotated[str | None, Header()] = None,
+) -> Response:
+    if body.model not in st.config.server.models:
+        known = ", ".join(st.config.server.models)
+        raise ApiError(
+            404, "model_not_found", f"model {body.model!r} not found; use one of: {known}", "model"
+        )
+    if body.n not in (None, 1):
+        raise ApiError(400, "unsupported", "only n=1 is supported", "n")
+    text, messages = _messages(body)
+    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or ())
+    req = st.request(
+        text,
+        messages,
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+        temperature=body.temperature,
+        stop=stop,
+        delegate=body.delegate,
+    )
+    budget = st.budget_ms(x_budget_ms, body.budget_ms)
+    cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    created = int(time.time())
+    if body.stream:
+        return sse_response(_chunks(st, req, budget, cid, created, body.model))
+    result = await st.answer(http, req, budget)
+    completion = {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": body.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": result.text},
+                "logprobs": None,
+                "finish_reason": _finish_reason(result, req),
+            }
+        ],
+        "rtgate": _rtgate(result),
+    }
+    headers = {"X-Rtgate-Route": result.route}
+    if result.job_id is not None:
+        headers["X-Rtgate-Job-Id"] = result.job_id
+    return json_response(completion, headers=headers)
+
+
+async def _chunks(
+    st: ServerState, req: Request, budget: float, cid: str, created: int, model: str
+) -> AsyncIterator[bytes]:
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        obj = {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            **extra,
+        }
+        return sse(None, obj)
+
+    yield chunk({"role": "assistant", "content": ""})
+    try:
+        sent = False
+        async with contextlib.aclosing(st.gate.stream(req, budget)) as events:
+            async for ev in events:
+                if isinstance(ev, TokenEvent):
+                    if ev.text:
+                        sent = True
+                        yield chunk({"content": ev.text})
+                elif isinstance(ev, DoneEvent):
+                    result = ev.result
+                    if not sent and result.text:  # the placeholder of a silent answer
+                        yield chunk({"content": result.text})
+                    yield chunk({}, _finish_reason(result, req), rtgate=_rtgate(result))
+    except Exception as e:
+        log.exception("chat completion stream failed")
+        yield sse(None, error_body(500, "internal_error", f"stream failed: {type(e).__name__}"))
+    yield sse(None, "[DONE]")

@@ -1,0 +1,187 @@
+"""``WS /v1/ws``: an interactive session over one WebSocket.
+
+Client to server (JSON text frames)::
+
+    {"seq": 7, "input": "...", "budget_ms": 150, "stream": true, "delegate": null}
+    {"type": "cancel", "seq": 8}                     # stop the work in flight
+
+``seq`` must grow; a newer request cancels the one in flight (its tier streams are
+closed). Server to client, each tagged with the ``seq`` it belongs to::
+
+    {"type": "token", "seq", "text", "t_ms"}         # when stream is true
+    {"type": "answer", "seq", "answer", "route", "placeholder", "job_id", "data", "trace"}
+    {"type": "cancelled", "seq"}                     # superseded or cancelled
+    {"type": "followup", "seq", "stale", "job": {...}}   # a delegated answer, pushed late
+    {"type": "error", "seq"?, "error": {"code", "message"}}
+
+Follow-ups are pushed even for older ``seq`` values, with ``stale: true`` when a newer
+request has arrived since. Bounds: outgoing messages wait in a queue of
+``server.ws_queue`` (when full the producer waits: back-pressure on this session only);
+at most ``server.ws_max_followups`` follow-ups are watched at once (beyond that the answer
+says ``"followup": false`` and the client polls ``GET /v1/jobs/{id}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from fastapi import APIRouter, WebSocket
+from pydantic import ValidationError
+from starlette.websockets import WebSocketDisconnect
+
+from rtgate.errors import RtgateError
+from rtgate.gate import DoneEvent, TokenEvent
+from rtgate.server.errors import ApiError, error_body
+from rtgate.server.schemas import WsRequest
+from rtgate.server.state import ServerState, get_state
+from rtgate.server.streams import answer_dict, dumps
+
+__all__ = ["Session", "router"]
+
+log = logging.getLogger("rtgate.server")
+router = APIRouter(tags=["gate"])
+
+
+@router.websocket("/v1/ws")
+async def ws_session(websocket: WebSocket) -> None:
+    try:
+        st = get_state(websocket)
+    except ApiError:
+        await websocket.close(1013)  # try again later
+        return
+    await websocket.accept()
+    await Session(websocket, st).run()
+
+
+class Session:
+    """One client's requests, newest first; owns every task it starts."""
+
+    def __init__(self, websocket: WebSocket, st: ServerState) -> None:
+        self.ws = websocket
+        self.st = st
+        self.out: asyncio.Queue[str] = asyncio.Queue(st.config.server.ws_queue)
+        self.latest = -1
+        self.current: tuple[int, asyncio.Task[None]] | None = None
+        self.followups: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        writer = asyncio.create_task(self._write())
+        try:
+            while True:
+                msg = await self.ws.receive()
+                if msg["type"] == "websocket.disconnect":
+                    break
+                raw = msg.get("text")
+                if raw is None and msg.get("bytes") is not None:
+                    raw = msg["bytes"].decode("utf-8", "replace")
+                await self._handle(raw or "")
+        except (WebSocketDisconnect, RuntimeError):
+            pass  # the client went away, or the socket closed under us
+        finally:
+            await self._cancel_current(notify=False)
+            tasks = [writer, *self.followups]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _write(self) -> None:
+        while True:
+            await self.ws.send_text(await self.out.get())
+
+    async def send(self, obj: dict[str, Any]) -> None:
+        await self.out.put(dumps(obj).decode())
+
+    async def _error(self, code: str, message: str, seq: int | None = None) -> None:
+        body: dict[str, Any] = {"type": "error", **error_body(400, code, message)}
+        if seq is not None:
+            body["seq"] = seq
+        await self.send(body)
+
+    async def _handle(self, raw: str) -> None:
+        limit = self.st.config.server.max_body_bytes
+        if len(raw) > limit:
+            await self._error("body_too_large", f"message larger than {limit} bytes")
+            return
+        try:
+            msg = WsRequest.model_validate(json.loads(raw))
+        except (ValueError, ValidationError) as e:
+            await self._error("invalid_request", _brief(e))
+            return
+        if msg.seq <= self.latest:
+            await self._error(
+                "stale_seq", f"seq must be greater than {self.latest}, got {msg.seq}", msg.seq
+            )
+            return
+        self.latest = msg.seq
+        await self._cancel_current(notify=True)
+        if msg.type == "cancel":
+            return
+        if not msg.input:
+            await self._error("invalid_request", "input must not be empty", msg.seq)
+            return
+        try:
+            budget = self.st.budget_ms(None, msg.budget_ms)
+            req = self.st.request(msg.input, max_tokens=msg.max_tokens, delegate=msg.delegate)
+        except (ApiError, RtgateError) as e:
+            code = getattr(e, "code", "invalid_request")
+            await self._error(code, getattr(e, "message", str(e)), msg.seq)
+            return
+        task = asyncio.create_task(self._serve(msg.seq, req, budget, msg.stream))
+        self.current = (msg.seq, task)
+
+    async def _cancel_current(self, notify: bool) -> None:
+        if self.current is None:
+            return
+        seq, task = self.current
+        self.current = None
+        if task.done():
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if notify:
+            await self.send({"type": "cancelled", "seq": seq})
+
+    async def _serve(self, seq: int, req: Any, budget: float, stream: bool) -> None:
+        gate = self.st.gate
+        try:
+            async with contextlib.aclosing(gate.stream(req, budget)) as events:
+                async for ev in events:
+                    if isinstance(ev, TokenEvent):
+                        if stream:
+                            tok = {"type": "token", "seq": seq, "text": ev.text, "t_ms": ev.t_ms}
+                            await self.send(tok)
+                    elif isinstance(ev, DoneEvent):
+                        answer = {"type": "answer", "seq": seq, **answer_dict(ev.result)}
+                        job_id = ev.result.job_id
+                        if job_id is not None:
+                            answer["followup"] = self._watch(seq, job_id)
+                        await self.send(answer)
+        except Exception as e:
+            log.exception("ws request failed")
+            await self._error("internal_error", f"request failed: {type(e).__name__}", seq)
+
+    def _watch(self, seq: int, job_id: str) -> bool:
+        if len(self.followups) >= self.st.config.server.ws_max_followups:
+            return False
+        task = asyncio.create_task(self._followup(seq, job_id))
+        self.followups.add(task)
+        task.add_done_callback(self.followups.discard)
+        return True
+
+    async def _followup(self, seq: int, job_id: str) -> None:
+        job = await self.st.gate.wait_job(job_id)
+        stale = seq != self.latest
+        await self.send({"type": "followup", "seq": seq, "stale": stale, "job": job.to_dict()})
+
+
+def _brief(e: Exception) -> str:
+    if isinstance(e, ValidationError):
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        return f"{loc}: {first.get('msg')}" if loc else str(first.get("msg"))
+    return "the message is not valid JSON"

@@ -1,0 +1,73 @@
+"""GET /healthz, GET /metrics and the OpenAPI schema."""
+
+from __future__ import annotations
+
+import pytest
+from server_helpers import fake_gate, running
+
+from rtgate.emulate import CLOUD_70B, EmulatedLatency
+from rtgate.tiers.fake import FakeTier
+
+pytestmark = pytest.mark.looptime
+
+
+async def test_healthz_says_the_cloud_tier_is_emulated() -> None:
+    cloud = EmulatedLatency(FakeTier("inner", 80), CLOUD_70B, name="cloud", delegable=True)
+    gate = fake_gate([cloud, FakeTier("template", 10)], template=1.0)
+    async with running(gate) as (_, client):
+        r = await client.get("/healthz")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "ok"
+    assert body["cloud"]["mode"] == "emulated" and body["cloud"]["emulated"] is True
+    assert "cloud-70b" in body["cloud"]["label"]
+    tiers = {t["name"]: t for t in body["tiers"]}
+    assert tiers["cloud"]["kind"] == "emulated"
+    assert tiers["cloud"]["ttft_p99_ms"] == CLOUD_70B.ttft.p99  # the profile's prior
+    assert tiers["template"]["samples"] == 0
+    assert body["warm"] is False and body["queue_depth"] == 0
+
+
+async def test_healthz_after_warm_up_reports_each_tier() -> None:
+    import httpx
+
+    from rtgate.config import Config
+    from rtgate.server import create_app
+
+    app = create_app(Config(), gate=fake_gate(), warmup=True)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            body = (await client.get("/healthz")).json()
+    assert body["warm"] is True
+    assert {t["name"]: t["warm"] for t in body["tiers"]} == {
+        "cloud": "ok",
+        "local": "ok",
+        "template": "ok",
+    }
+    assert all(t["samples"] == 1 for t in body["tiers"])
+    assert body["warmup_ms"] is not None
+
+
+async def test_metrics_are_the_gates_prometheus_registry() -> None:
+    async with running() as (_, client):
+        await client.post("/v1/gate", json={"input": "hi", "budget_ms": 20, "delegate": False})
+        r = await client.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    assert 'rtgate_requests_total{route="template"} 1.0' in r.text
+    assert "rtgate_ttft_seconds_bucket" in r.text
+    assert 'rtgate_tier_attempts_total{outcome="skipped",tier="cloud"} 1.0' in r.text
+
+
+async def test_openapi_schema_documents_every_endpoint() -> None:
+    async with running() as (_, client):
+        schema = (await client.get("/openapi.json")).json()
+    paths = schema["paths"]
+    for path in ("/v1/gate", "/v1/chat/completions", "/v1/jobs/{job_id}", "/v1/models"):
+        assert path in paths
+    assert {"/healthz", "/metrics"} <= set(paths)
+    gate_op = paths["/v1/gate"]["post"]
+    assert "X-Budget-Ms" in [p["name"] for p in gate_op["parameters"]]
+    assert "text/event-stream" in gate_op["responses"]["200"]["content"]
+    assert "GateBody" in schema["components"]["schemas"]
