@@ -29,6 +29,7 @@ console = Console()
 _PLUGINS: list[tuple[str, str, str]] = [
     ("rtgate.server.cli", "app", "root"),
     ("rtgate.bench.http", "app", "bench"),
+    ("rtgate.bench.tiers_cli", "app", "bench"),
     ("rtgate.apps.npc.cli", "app", "root"),
     ("rtgate.apps.npc.cli", "bench_app", "bench"),
     ("rtgate.fakellm.cli", "app", "root"),

@@ -1,0 +1,235 @@
+"""A streaming client for OpenAI-compatible servers (vLLM, llama.cpp server, Ollama, hosted).
+
+``base_url`` is what the OpenAI SDK calls ``base_url``: the URL the API paths hang off,
+*including* the version prefix: ``http://127.0.0.1:8000/v1`` (vLLM, ``llama_cpp.server``),
+``http://127.0.0.1:11434/v1`` (Ollama), ``https://api.openai.com/v1``, or a provider's own
+prefix (``…/openai/v1``). A bare host (``http://127.0.0.1:8000``, empty path) gets ``/v1``
+added. Chats go to ``{base_url}/chat/completions``, raw prompts to ``{base_url}/completions``,
+both with ``stream: true``.
+
+Deltas are yielded as each server-sent event arrives, never buffered. Errors:
+429 → ``RateLimited``; 5xx, refused or reset connections → ``BackendUnavailable``; an
+``error`` object or malformed chunk inside the stream → ``BackendProtocolError``; a timeout
+set from the budget → ``TimeoutError``. Cancelling the consumer closes the HTTP connection
+(its response body is unread, so it is not returned to the pool).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+
+from rtgate.backends.base import Backend, Generation
+from rtgate.backends.sse import SSEDecoder, SSEEvent
+from rtgate.budget import Budget
+from rtgate.errors import (
+    BackendError,
+    BackendProtocolError,
+    BackendUnavailable,
+    InvalidRequest,
+    RateLimited,
+)
+
+__all__ = ["OpenAICompatBackend", "normalize_base_url"]
+
+_ERROR_BODY_LIMIT = 16_384
+
+
+def normalize_base_url(base_url: str) -> str:
+    """``base_url`` without a trailing slash, with ``/v1`` added to a bare host."""
+    url = httpx.URL(base_url)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise InvalidRequest(f"base_url must be an http(s) URL, got {base_url!r}")
+    if url.path in ("", "/"):
+        url = url.copy_with(path="/v1")
+    return str(url).rstrip("/")
+
+
+class OpenAICompatBackend(Backend):
+    """Chat/completions with ``stream=true`` over httpx.
+
+    Args:
+        base_url: see the module docstring (``…/v1``).
+        model: the model name the server expects.
+        api_key: sent as ``Authorization: Bearer …`` when given.
+        extra_body: merged into every request body (e.g. vLLM's ``top_k``).
+        max_tokens_field: ``"max_completion_tokens"`` for providers that want it.
+        timeout_s: timeouts when no budget is given; with a budget, its time left.
+        transport: an httpx transport (e.g. ``httpx.MockTransport``) instead of the network.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        max_tokens_field: str = "max_tokens",
+        connect_timeout_s: float = 5.0,
+        timeout_s: float = 60.0,
+        max_connections: int = 32,
+        transport: httpx.AsyncBaseTransport | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self.model = model
+        self.name = name or f"openai:{model}"
+        self.extra_body = dict(extra_body or {})
+        self.max_tokens_field = max_tokens_field
+        self.connect_timeout_s = connect_timeout_s
+        self.timeout_s = timeout_s
+        hdrs = {"Accept": "text/event-stream", **(headers or {})}
+        if api_key:
+            hdrs["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.AsyncClient(
+            headers=hdrs,
+            transport=transport,
+            limits=httpx.Limits(max_connections=max_connections),  # bounded pool: waits, then
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),  # PoolTimeout
+        )
+
+    def request_for(self, gen: Generation) -> tuple[str, dict[str, Any]]:
+        """The URL and JSON body that ``gen`` becomes."""
+        body: dict[str, Any] = {"model": self.model, "stream": True}
+        if gen.prompt is not None:
+            url = f"{self.base_url}/completions"
+            body["prompt"] = gen.prompt
+        elif gen.messages:
+            url = f"{self.base_url}/chat/completions"
+            body["messages"] = [{"role": m.role, "content": m.content} for m in gen.messages]
+        else:
+            raise InvalidRequest("a Generation needs messages or a prompt")
+        body[self.max_tokens_field] = gen.max_tokens
+        body["temperature"] = gen.temperature
+        if gen.stop:
+            body["stop"] = list(gen.stop)
+        body.update(self.extra_body)
+        return url, body
+
+    def _timeout(self, budget: Budget | None) -> httpx.Timeout:
+        if budget is None:
+            return httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s)
+        left = budget.left_s()
+        if left <= 0:
+            raise TimeoutError("budget spent before the request")
+        return httpx.Timeout(left, connect=min(self.connect_timeout_s, left))
+
+    async def generate(self, gen: Generation, budget: Budget | None = None) -> AsyncIterator[str]:
+        url, body = self.request_for(gen)
+        timeout = self._timeout(budget)
+        try:
+            async with self._client.stream("POST", url, json=body, timeout=timeout) as resp:
+                if resp.status_code != 200:
+                    await _raise_for_status(resp)
+                ctype = resp.headers.get("content-type", "")
+                if ctype.startswith("application/json"):  # the server ignored stream=true
+                    for delta in _whole_response(await resp.aread()):
+                        yield delta
+                    return
+                async for delta in _stream_deltas(resp, budget):
+                    yield delta
+        except httpx.TimeoutException as exc:
+            if budget is not None:
+                raise TimeoutError(f"{type(exc).__name__} within the budget") from exc
+            raise BackendUnavailable(f"{self.name}: {type(exc).__name__}") from exc
+        except httpx.TransportError as exc:  # refused, reset, broken chunking, ...
+            raise BackendUnavailable(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+
+    async def warmup(self) -> None:
+        """Open a connection and run one token, so the first real request is not cold."""
+        async for _ in self.generate(Generation(prompt="Hi", max_tokens=1)):
+            pass
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+async def _stream_deltas(resp: httpx.Response, budget: Budget | None) -> AsyncIterator[str]:
+    decoder = SSEDecoder()
+    finished = False
+    async for chunk in resp.aiter_bytes():
+        for ev in decoder.feed(chunk):
+            parsed = _interpret(ev)
+            if parsed is None:
+                return
+            text, fin = parsed
+            finished = finished or fin
+            if text:
+                yield text
+        if budget is not None and budget.expired:
+            raise TimeoutError("budget spent while streaming")
+    for ev in decoder.flush():
+        parsed = _interpret(ev)
+        if parsed is None:
+            return
+        text, fin = parsed
+        finished = finished or fin
+        if text:
+            yield text
+    if not finished:
+        raise BackendProtocolError("stream ended without [DONE] or a finish_reason")
+
+
+def _interpret(ev: SSEEvent) -> tuple[str, bool] | None:
+    """An event's (text delta, finished) or ``None`` for ``[DONE]``."""
+    if ev.data.strip() == "[DONE]":
+        return None
+    try:
+        obj = json.loads(ev.data)
+    except ValueError as exc:
+        raise BackendProtocolError(f"malformed stream chunk: {ev.data[:200]!r}") from exc
+    if ev.event == "error" or (isinstance(obj, dict) and obj.get("error")):
+        raise BackendProtocolError(f"error in stream: {_message(obj)}")
+    if not isinstance(obj, dict):
+        raise BackendProtocolError(f"stream chunk is not an object: {ev.data[:200]!r}")
+    choices = obj.get("choices") or []
+    if not choices:
+        return "", False  # e.g. a usage-only chunk
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise BackendProtocolError("a choice is not an object")
+    delta = choice.get("delta")
+    text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+    return (text if isinstance(text, str) else ""), bool(choice.get("finish_reason"))
+
+
+def _whole_response(raw: bytes) -> list[str]:
+    try:
+        obj = json.loads(raw)
+        choice = obj["choices"][0]
+        text = choice["message"]["content"] if "message" in choice else choice["text"]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise BackendProtocolError(f"unexpected JSON response: {raw[:200]!r}") from exc
+    return [text] if isinstance(text, str) and text else []
+
+
+def _message(obj: Any) -> str:
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err if err is not None else obj)[:500]
+
+
+async def _raise_for_status(resp: httpx.Response) -> None:
+    raw = b""
+    async for chunk in resp.aiter_bytes():
+        raw += chunk
+        if len(raw) >= _ERROR_BODY_LIMIT:
+            break
+    try:
+        detail = _message(json.loads(raw))
+    except ValueError:
+        detail = raw[:500].decode("utf-8", "replace")
+    code = resp.status_code
+    text = f"HTTP {code} from {resp.request.url}: {detail}"
+    if code == 429:
+        after = resp.headers.get("retry-after")
+        raise RateLimited(text + (f" (retry after {after} s)" if after else ""))
+    if code >= 500:
+        raise BackendUnavailable(text)
+    raise BackendError(text)

@@ -1,0 +1,1 @@
+"""Model weights and model helpers: locating packaged files, embeddings."""
