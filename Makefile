@@ -6,7 +6,16 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install test lint typecheck pytest demo clean
 
+# Debian packages the scenarios use: espeak-ng speaks for the voice agent, chromium runs the
+# browser tests of the web pages. Installed only when missing (needs root, as on CI).
+SYSTOOLS := espeak-ng chromium
+
 $(STAMP): pyproject.toml Makefile
+	@missing=""; for t in $(SYSTOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[all,dev]'
