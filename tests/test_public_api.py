@@ -21,3 +21,16 @@ def test_every_error_has_a_code_and_derives_from_the_base() -> None:
         assert inspect.isclass(cls) and issubclass(cls, rtgate.RtgateError)
         codes.add(cls.code)
     assert len(codes) == len(rtgate.errors.__all__)
+
+
+def test_lazy_exports_cover_exactly_all() -> None:
+    assert sorted(rtgate._MODULE_OF) == sorted(rtgate.__all__)
+
+
+def test_importing_rtgate_loads_no_gate_code() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, rtgate; print(any(m.startswith('rtgate.gate') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

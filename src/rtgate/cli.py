@@ -39,6 +39,8 @@ _PLUGINS: list[tuple[str, str, str]] = [
     ("rtgate.bench.delegation", "bench_app", "bench"),
     ("rtgate.bench.fast_tiers", "app", "bench"),
     ("rtgate.apps.autocomplete.intents_cli", "app", "intents"),
+    ("rtgate.apps.guard.cli", "app", "guard"),
+    ("rtgate.apps.guard.bench", "bench_app", "bench"),
 ]
 
 

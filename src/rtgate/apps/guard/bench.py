@@ -1,0 +1,272 @@
+"""``rtgate bench guard``: many stations in real time through a real Mosquitto.
+
+Each station replays a simulated motor the detector never saw (about half develop a bearing
+fault at a random moment). Every 20 ms tick, the windows of all stations go through the stop
+path in one batch; stops are published (QoS 1) to the broker and a subscriber on its own
+connection stamps their arrival. The explainer writes work orders in the background (in its
+own process), or, with ``llm_inline``, on the stop path before the stop is published (the
+ablation: the stop path waits for the work order).
+
+Reported: per-window inference (the batch and a single stream), window end -> subscriber
+receipt, fault onset -> stop receipt, false stops, misses, real-time factor (compute time /
+audio time), late ticks, stop -> work order.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rtgate.apps.guard.detector import Detector
+from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
+from rtgate.apps.guard.mqtt import Broker, StopPublisher
+from rtgate.apps.guard.pipeline import Guard
+from rtgate.apps.guard.rt import realtime
+from rtgate.apps.guard.rules import Rule, Rules
+from rtgate.apps.guard.simulate import make_set
+
+__all__ = ["bench_app", "run"]
+
+bench_app = typer.Typer(help="Benchmarks of the acoustic guard.")
+
+
+def _pct(xs: list[float], *qs: float) -> dict[str, float | None]:
+    if not xs:
+        return {f"p{q:g}": None for q in qs}
+    return {f"p{q:g}": round(float(np.percentile(xs, q)), 3) for q in qs}
+
+
+def _subscribe(host: str, port: int, topic: str, rt_priority: int, out: Any, stop: Any) -> None:
+    """The subscriber process: stamps each stop's arrival (``time.time()``), reports at stop."""
+    import paho.mqtt.client as paho
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    got: list[tuple[float, bytes | bytearray]] = []
+    c = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-sub-{uuid.uuid4().hex[:8]}")
+    c.on_connect = lambda cl, u, f, rc, p: cl.subscribe(topic, qos=1)
+    c.on_subscribe = lambda *a: out.put("ready")
+    c.on_message = lambda cl, u, m: got.append((time.time(), m.payload))
+    with realtime(rt_priority):
+        c.connect(host, port, keepalive=10)
+        c.loop_start()
+        stop.wait()
+    c.disconnect()
+    c.loop_stop()
+    out.put([(t, json.loads(p)) for t, p in got])
+
+
+class _Subscriber:
+    """The plant's receiver, in its own process (as a PLC would be): not the stop path's
+    threads, not its GIL. With ``rt_priority`` it gets the same scheduling class."""
+
+    def __init__(self, broker: Broker, topic: str, rt_priority: int = 0) -> None:
+        ctx = mp.get_context("spawn")
+        self._out: Any = ctx.Queue()
+        self._stop = ctx.Event()
+        args = (broker.host, broker.port, topic, rt_priority, self._out, self._stop)
+        self._proc = ctx.Process(target=_subscribe, args=args, daemon=True)
+        self._proc.start()
+        if self._out.get(timeout=30.0) != "ready":
+            raise TimeoutError("bench subscriber could not subscribe")
+        self.got: list[tuple[float, dict[str, Any]]] = []
+
+    def close(self) -> None:
+        self._stop.set()
+        self.got = self._out.get(timeout=30.0)
+        self._proc.join(10.0)
+
+
+def _single_stream_us(model: Path | None, n: int = 1000) -> list[float]:
+    det = Detector(model, n_streams=1)
+    feats = WindowFeatures()(np.random.default_rng(0).standard_normal((1, HOP)) * 0.05)
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        det.step(feats)
+        out.append((time.perf_counter() - t) * 1e6)
+    return out[50:]
+
+
+def run(
+    streams: int = 64,
+    seconds: float = 10.0,
+    *,
+    llm_inline: bool = False,
+    llm: bool = True,
+    broker: str = "mqtt://127.0.0.1:1883",
+    fault_share: float = 0.5,
+    severity_db: tuple[float, float] = (6.0, 16.0),
+    unique_clips: int = 64,
+    seed: int = 7,
+    model: Path | None = None,
+    db: Path | None = None,
+    rt_priority: int = 0,
+) -> dict[str, Any]:
+    """Run the benchmark; return the metrics (see the module doc).
+
+    ``rt_priority > 0`` runs the stop path and the MQTT threads at that ``SCHED_FIFO``
+    priority (the explainer's process stays at normal priority).
+    """
+    from rtgate.apps.guard.explain_proc import ExplainConfig, ExplainProcess
+    from rtgate.apps.guard.store import WorkOrderStore
+
+    b = Broker.parse(broker)
+    run_id = uuid.uuid4().hex[:8]
+    names = [f"s{i:03d}" for i in range(streams)]
+    clips = make_set(
+        min(streams, unique_clips),
+        "unseen",
+        seed=seed,
+        seconds=seconds,
+        fault_share=fault_share,
+        severity_db=severity_db,
+    )
+    clips = [clips[i % len(clips)] for i in range(streams)]
+    n_win = int(seconds * RATE) // HOP
+    audio = [c.audio[: n_win * HOP].reshape(n_win, HOP) for c in clips]
+    onsets = np.array([c.onset_s if c.onset_s is not None else np.inf for c in clips])
+    rules = Rules(Rule(topic=f"rtgate/bench/{run_id}/{{station}}/stop", cooldown_s=seconds))
+
+    db_path = db or Path(tempfile.mkdtemp(prefix="rtgate-guard-bench-")) / "orders.sqlite"
+    worker = ExplainProcess(ExplainConfig(str(db_path), llm=llm)).start()
+    infer_ms: list[float] = []
+    tick_ms: list[float] = []
+    late_ms: list[float] = []
+    sub = _Subscriber(b, f"rtgate/bench/{run_id}/+/stop", rt_priority)
+    with realtime(rt_priority) as rt_on:  # before the MQTT threads start
+        pub = StopPublisher(b, f"bench-pub-{run_id}")
+        if not pub.start(wait_s=5.0):
+            raise ConnectionError(f"broker {broker} unreachable")
+        guard = Guard(
+            names,
+            rules,
+            pub,
+            detector=Detector(model, n_streams=streams),
+            on_stop=None if llm_inline else worker.offer,
+            before_publish=worker.inline if llm_inline else None,
+        )
+        frame = np.empty((streams, HOP), dtype=np.float32)
+        t0 = time.time() + 0.2
+        for j in range(n_win):
+            due = t0 + (j + 1) * HOP / RATE
+            wait = due - time.time()
+            if wait > 0:
+                time.sleep(wait)
+            late_ms.append(max(0.0, (time.time() - due) * 1000))
+            for i in range(streams):
+                frame[i] = audio[i][j]
+            c0 = time.perf_counter()
+            guard.process(frame, due)
+            tick_ms.append((time.perf_counter() - c0) * 1000)
+            infer_ms.append(guard.infer_s * 1000)
+        pub.wait_delivered(5.0)
+        time.sleep(0.2)  # let the last receipts arrive
+    worker.stop(timeout_s=60.0)
+    sub.close()
+    pub.close()
+
+    idx = {n: i for i, n in enumerate(names)}
+    e2e, onset_ms, to_pub, to_sub = [], [], [], []
+    false_stops, detected = 0, set()
+    by_sev: dict[str, list[float]] = {}
+    for recv, msg in sub.got:
+        i = idx[msg["station"]]
+        e2e.append((recv - msg["window_end_ts"]) * 1000)
+        to_pub.append((msg["ts"] - msg["window_end_ts"]) * 1000)
+        to_sub.append((recv - msg["ts"]) * 1000)
+        onset_wall = t0 + onsets[i]
+        if msg["window_end_ts"] < onset_wall:
+            false_stops += 1
+        elif i not in detected:
+            detected.add(i)
+            onset_ms.append((recv - onset_wall) * 1000)
+            lo = 3 * int(clips[i].severity_db // 3)
+            by_sev.setdefault(f"{lo}-{lo + 3} dB", []).append(onset_ms[-1])
+    faulty = int(np.isfinite(onsets).sum())
+    orders = WorkOrderStore(db_path).list(limit=1_000_000)
+    order_ms = [(o.created_ts - o.stop_ts) * 1000 for o in orders]
+    per_window_us = [1000 * t / streams for t in infer_ms]
+    audio_s = n_win * HOP / RATE
+    single = _single_stream_us(model)
+    result = {
+        "streams": streams,
+        "seconds": seconds,
+        "llm_inline": llm_inline,
+        "rt_priority": rt_priority if rt_on else 0,
+        "explainer": worker.explainer,
+        "cores": os.cpu_count(),
+        "infer_batch_ms": _pct(infer_ms, 50, 99),
+        "infer_per_window_us": _pct(per_window_us, 50, 99),
+        "infer_single_stream_us": _pct(single, 50, 99),
+        "tick_compute_ms": _pct(tick_ms, 50, 99),
+        "window_end_to_receipt_ms": {
+            **_pct(e2e, 50, 99),
+            "max": round(max(e2e), 3) if e2e else None,
+        },
+        "window_end_to_publish_ms": _pct(to_pub, 50, 99),
+        "publish_to_receipt_ms": _pct(to_sub, 50, 99),
+        "onset_to_stop_ms": {
+            **_pct(onset_ms, 50, 95),
+            "max": round(max(onset_ms), 1) if onset_ms else None,
+        },
+        "onset_to_stop_ms_by_severity": {
+            k: {"n": len(v), **_pct(v, 50, 95)}
+            for k, v in sorted(by_sev.items(), key=lambda kv: int(kv[0].split("-")[0]))
+        },
+        "stops_received": len(sub.got),
+        "faulty_stations": faulty,
+        "false_stops": false_stops,
+        "misses": faulty - len(detected),
+        "real_time_factor": round(sum(tick_ms) / 1000 / audio_s, 4),
+        "late_ticks": int(sum(1 for x in late_ms if x > HOP / RATE * 1000)),
+        "late_ms": _pct(late_ms, 50, 99),
+        "work_orders": len(orders),
+        "stop_to_order_ms": _pct(order_ms, 50, 95),
+        "orders_by": {k: sum(1 for o in orders if o.explainer == k) for k in ("llm", "rules")},
+        "explain_dropped": worker.dropped + worker.stats.get("dropped", 0),
+    }
+    return result
+
+
+@bench_app.command("guard")
+def guard_cmd(
+    streams: Annotated[int, typer.Option(help="stations at once")] = 64,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write results here")] = None,
+    seconds: Annotated[float, typer.Option(help="audio per station")] = 10.0,
+    llm_inline: Annotated[
+        bool, typer.Option("--llm-inline", help="explain before the stop")
+    ] = False,
+    llm: Annotated[bool, typer.Option(help="use the local language model")] = True,
+    broker: Annotated[str, typer.Option(help="mqtt://HOST:PORT")] = "mqtt://127.0.0.1:1883",
+    seed: int = 7,
+    rt_priority: Annotated[int, typer.Option(help="SCHED_FIFO priority of the stop path")] = 0,
+) -> None:
+    """Many stations at once through the local Mosquitto."""
+    res = run(
+        streams,
+        seconds,
+        llm_inline=llm_inline,
+        llm=llm,
+        broker=broker,
+        seed=seed,
+        rt_priority=rt_priority,
+    )
+    table = Table("metric", "value")
+    for k, v in res.items():
+        table.add_row(k, json.dumps(v, ensure_ascii=False))
+    Console(stderr=True).print(table)
+    text = json.dumps(res, ensure_ascii=False, indent=1)
+    if json_out is not None:
+        json_out.write_text(text + "\n", encoding="utf-8")
+    print(text)

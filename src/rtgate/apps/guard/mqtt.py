@@ -1,0 +1,234 @@
+"""Publishing stops over MQTT (paho-mqtt 2, QoS 1), with a local fail-safe.
+
+The publisher keeps a persistent session (``clean_session=False``, a fixed client id) and
+lets paho queue QoS 1 messages while the broker is away; they are sent when it comes back
+(paho reconnects in its own thread). Whenever a stop cannot be handed to a connected broker
+at once, or its PUBACK does not come within ``ack_timeout_s``, the fail-safe runs right away
+on the caller's thread: a callback (e.g. drive a relay, or run a command) and an audit line.
+
+A stop message is JSON: ``{"station", "score", "ts", "window_end_ts", "rule"}``, times in
+UNIX epoch seconds; ``window_end_ts`` is when the last sample of the deciding window arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+
+from rtgate.apps.guard.events import StopMessage
+from rtgate.errors import InvalidRequest
+
+__all__ = [
+    "AuditLog",
+    "Broker",
+    "FailSafe",
+    "StopMessage",
+    "StopPublisher",
+    "command_failsafe",
+]
+
+log = logging.getLogger("rtgate.guard")
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """Where stops go: ``mqtt://HOST:PORT``."""
+
+    host: str = "127.0.0.1"
+    port: int = 1883
+
+    @classmethod
+    def parse(cls, url: str) -> Broker:
+        u = urlsplit(url if "://" in url else f"mqtt://{url}")
+        if u.scheme not in ("mqtt", "tcp") or not u.hostname:
+            raise InvalidRequest(f"broker must look like mqtt://HOST:PORT, got {url!r}")
+        try:
+            port = u.port or 1883
+        except ValueError as e:
+            raise InvalidRequest(f"bad broker port in {url!r}") from e
+        return cls(u.hostname, port)
+
+
+FailSafe = Callable[[StopMessage, str], None]
+"""The local action when a stop may not reach the broker: ``(message, reason)``."""
+
+
+class AuditLog:
+    """Append-only JSON lines (thread-safe): stops, fail-safe actions, deliveries."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._lock = threading.Lock()
+        self.lines: list[dict[str, Any]] = []  # the last few, for tests and reports
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, event: str, **fields: Any) -> None:
+        entry = {"event": event, "at": time.time(), **fields}
+        with self._lock:
+            self.lines = [*self.lines[-255:], entry]
+            if self.path is not None:
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+
+def command_failsafe(command: str) -> FailSafe:
+    """A fail-safe that starts ``command`` (not waited for) with the stop in ``RTGATE_STOP``."""
+    argv = shlex.split(command)
+    if not argv:
+        raise InvalidRequest("fail-safe command is empty")
+
+    def run(msg: StopMessage, reason: str) -> None:
+        env = {"RTGATE_STOP": msg.to_json().decode(), "RTGATE_STOP_REASON": reason}
+        subprocess.Popen(argv, env={**_environ(), **env}, stdin=subprocess.DEVNULL)
+
+    return run
+
+
+def _environ() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+class StopPublisher:
+    """QoS 1 stop publisher with a persistent session and a fail-safe.
+
+    Thread-safe; ``publish`` never blocks on the network.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        client_id: str,
+        *,
+        failsafe: FailSafe | None = None,
+        audit: AuditLog | None = None,
+        ack_timeout_s: float = 0.5,
+        max_queued: int = 10_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.broker = broker
+        self.audit = audit or AuditLog(None)
+        self.ack_timeout_s = ack_timeout_s
+        self.clock = clock
+        self._failsafe = failsafe
+        self._connected = threading.Event()
+        self._lock = threading.Lock()
+        self._unacked: dict[int, StopMessage] = {}
+        self._early: set[int] = set()  # PUBACKs that beat publish() to recording the message
+        self.delivered = 0
+        self.failsafe_runs = 0
+        c = paho.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            clean_session=False,
+            protocol=paho.MQTTv311,
+        )
+        c.max_queued_messages_set(max_queued)
+        c.max_inflight_messages_set(1000)
+        c.reconnect_delay_set(min_delay=1, max_delay=2)
+        c.on_connect = self._on_connect
+        c.on_disconnect = self._on_disconnect
+        c.on_publish = self._on_publish
+        self._client = c
+
+    # -- paho callbacks (its network thread) ---------------------------------------------
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        if not rc.is_failure:
+            self._connected.set()
+            self.audit.write("broker_connected", broker=f"{self.broker.host}:{self.broker.port}")
+
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        if self._connected.is_set():
+            self.audit.write("broker_lost", reason=str(rc))
+        self._connected.clear()
+
+    def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
+        with self._lock:
+            msg = self._unacked.pop(mid, None)
+            if msg is None and len(self._early) < 4096:
+                self._early.add(mid)
+            self.delivered += 1
+        if msg is not None:
+            self.audit.write("stop_delivered", mid=mid, station=msg.station, ts=msg.ts)
+
+    # -- public API ------------------------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    @property
+    def pending(self) -> int:
+        """Stops handed to the client and not yet acknowledged by the broker."""
+        with self._lock:
+            return len(self._unacked)
+
+    def start(self, wait_s: float = 2.0) -> bool:
+        """Connect in the background; wait up to ``wait_s`` for it. True when connected."""
+        self._client.connect_async(self.broker.host, self.broker.port, keepalive=5)
+        self._client.loop_start()
+        return self._connected.wait(wait_s)
+
+    def publish(self, topic: str, msg: StopMessage) -> int:
+        """Send ``msg`` with QoS 1; returns its message id. Runs the fail-safe if needed."""
+        connected = self._connected.is_set()
+        # never hold our lock across paho's: its thread holds its own while calling on_publish
+        info = self._client.publish(topic, msg.to_json(), qos=1)
+        if info.rc in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
+            with self._lock:
+                if info.mid in self._early:  # already acknowledged
+                    self._early.discard(info.mid)
+                else:
+                    self._unacked[info.mid] = msg
+        self.audit.write("stop_published", mid=info.mid, topic=topic, **asdict(msg))
+        if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:
+            self._run_failsafe(msg, "client queue full: stop dropped")
+        elif not connected or info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN:
+            self._run_failsafe(msg, "broker unreachable: stop queued for delivery")
+        else:
+            t = threading.Timer(self.ack_timeout_s, self._check_ack, (info.mid, msg))
+            t.daemon = True
+            t.start()
+        return int(info.mid)
+
+    def _check_ack(self, mid: int, msg: StopMessage) -> None:
+        with self._lock:
+            late = mid in self._unacked
+        if late:
+            self._run_failsafe(msg, f"no PUBACK within {self.ack_timeout_s:g} s")
+
+    def _run_failsafe(self, msg: StopMessage, reason: str) -> None:
+        self.failsafe_runs += 1
+        self.audit.write("failsafe", reason=reason, **asdict(msg))
+        log.warning("guard fail-safe for %s: %s", msg.station, reason)
+        if self._failsafe is not None:
+            try:
+                self._failsafe(msg, reason)
+            except Exception:  # the fail-safe must not take the stop path down
+                log.exception("fail-safe action failed")
+                self.audit.write("failsafe_error", station=msg.station)
+
+    def wait_delivered(self, timeout_s: float) -> bool:
+        """Wait until every stop has been acknowledged (or ``timeout_s`` passed)."""
+        end = time.monotonic() + timeout_s
+        while self.pending and time.monotonic() < end:
+            time.sleep(0.01)
+        return self.pending == 0
+
+    def close(self) -> None:
+        """Disconnect and stop paho's thread."""
+        self._client.disconnect()
+        self._client.loop_stop()

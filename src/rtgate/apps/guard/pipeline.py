@@ -1,0 +1,131 @@
+"""The stop path: windows in -> features -> detector -> rules -> stop published.
+
+``Guard`` runs many stations in step: each call takes one 20 ms window per station (or a
+subset of stations), computes features and scores in one batch and feeds the rule engine;
+once every stop of the tick is published, each gets a copy of the last ``clip_s`` seconds
+and goes to ``on_stop`` (the explainer's feed). Nothing here imports language-model code;
+the ``before_publish`` hook exists only for the ablation that puts an explainer first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from rtgate.apps.guard.detector import Detector
+from rtgate.apps.guard.events import StopEvent, StopMessage
+from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
+from rtgate.apps.guard.rules import RuleEngine, Rules
+from rtgate.errors import InvalidRequest
+
+__all__ = ["Guard", "StopEvent", "StopSink"]
+
+F32 = npt.NDArray[np.float32]
+
+
+class StopSink(Protocol):
+    """Where stops are published (``StopPublisher`` implements it)."""
+
+    def publish(self, topic: str, msg: StopMessage) -> int: ...
+
+
+class Guard:
+    """Stations' stop path, batched across stations.
+
+    Args:
+        stations: station names (one row each).
+        rules: the rule file's contents.
+        sink: the publisher; ``None`` decides without publishing (scans).
+        detector: a detector with ``n_streams == len(stations)`` (default: the shipped one).
+        on_stop: called with each ``StopEvent`` after it is published; must not block.
+        before_publish: ablation only: runs before publishing (delays the stop).
+        clip_s: seconds of audio kept per station for the explanation.
+        clock: UNIX time for the ``ts`` of a stop.
+    """
+
+    def __init__(
+        self,
+        stations: Sequence[str],
+        rules: Rules | None = None,
+        sink: StopSink | None = None,
+        *,
+        detector: Detector | None = None,
+        on_stop: Callable[[StopEvent], object] | None = None,
+        before_publish: Callable[[StopEvent], object] | None = None,
+        clip_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.stations = list(stations)
+        n = len(self.stations)
+        self.rules = rules or Rules()
+        self.engine = RuleEngine(self.rules, self.stations)
+        self.detector = detector or Detector(n_streams=n)
+        if self.detector.n_streams != n:
+            raise InvalidRequest(f"detector has {self.detector.n_streams} streams, need {n}")
+        self.sink = sink
+        self.on_stop = on_stop
+        self.before_publish = before_publish
+        self.clock = clock
+        self.features = WindowFeatures()
+        slots = max(1, round(clip_s * RATE / HOP))
+        self._ring = np.zeros((n, slots, HOP), dtype=np.float32)
+        self._slot = np.zeros(n, dtype=np.int64)
+        self.last_scores = np.zeros(n, dtype=np.float32)
+        self.infer_s = 0.0  # how long the last detector call took
+        self._kept = False
+
+    def _keep(self, w: F32, idx: npt.NDArray[np.int64]) -> None:
+        """Append this tick's windows to the stations' clip rings (once per tick)."""
+        if self._kept:
+            return
+        self._ring[idx, self._slot[idx]] = w
+        self._slot[idx] = (self._slot[idx] + 1) % self._ring.shape[1]
+        self._kept = True
+
+    def clip(self, index: int) -> F32:
+        """The last ``clip_s`` seconds of a station, oldest sample first."""
+        s = int(self._slot[index])
+        return np.concatenate([self._ring[index, s:], self._ring[index, :s]]).reshape(-1)
+
+    def process(
+        self,
+        windows: npt.ArrayLike,
+        window_end_ts: float | npt.ArrayLike,
+        rows: npt.ArrayLike | None = None,
+    ) -> list[StopEvent]:
+        """One window per station in ``rows`` (default all); returns the stops decided."""
+        w = np.asarray(windows, dtype=np.float32)
+        idx = np.arange(len(self.stations)) if rows is None else np.asarray(rows, np.int64)
+        if w.ndim != 2 or w.shape != (len(idx), HOP):
+            raise InvalidRequest(f"windows must be ({len(idx)}, {HOP}), got {w.shape}")
+        self._kept = False
+        feats = self.features(w)
+        t = time.perf_counter()
+        scores = self.detector.step(feats, idx)
+        self.infer_s = time.perf_counter() - t
+        self.last_scores[idx] = scores
+        decisions = self.engine.feed(scores, window_end_ts, idx)
+        stops = []
+        for d in decisions:  # every stop of this tick is published before anything else
+            now = self.clock()
+            msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, d.rule.describe())
+            ev = StopEvent(msg, d.topic, d.index, np.zeros(0, np.float32), now)
+            if self.before_publish is not None:  # the ablation: explain before the stop
+                self._keep(w, idx)
+                ev = replace(ev, clip=self.clip(d.index))
+                self.before_publish(ev)
+                ev = replace(ev, message=replace(msg, ts=self.clock()))
+            if self.sink is not None:
+                self.sink.publish(ev.topic, ev.message)
+            stops.append(ev)
+        self._keep(w, idx)
+        stops = [replace(ev, clip=self.clip(ev.index)) for ev in stops]
+        if self.on_stop is not None:
+            for ev in stops:
+                self.on_stop(ev)
+        return stops

@@ -1,0 +1,167 @@
+"""The rule engine that decides a stop: deterministic, declarative, no model involved.
+
+A rules file (TOML) sets defaults and per-station overrides::
+
+    threshold = 0.92              # a window is a hit when its score >= threshold
+    k = 2                         # stop when k of the last n windows are hits
+    n = 3
+    cooldown_s = 10.0             # no second stop from a station within this time
+    topic = "rtgate/guard/{station}/stop"
+
+    [stations.C]
+    threshold = 0.95
+    topic = "line1/C/stop"
+
+    [machines.C]                  # optional, read by the explainer only (see explain.py)
+    shaft_hz = 29.95
+    bearing = "6205"
+
+Time is the audio's: a window's ``window_end_ts``. The engine reads no clock, so replaying a
+file as fast as possible and a fake clock in tests behave exactly like real time.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from rtgate.errors import ConfigError, InvalidRequest
+
+__all__ = ["Decision", "Rule", "RuleEngine", "Rules"]
+
+_POPCOUNT = np.array([bin(i).count("1") for i in range(1 << 16)], dtype=np.int8)
+_FIELDS = {"threshold", "k", "n", "cooldown_s", "topic", "name"}
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """When one station stops, and where the stop goes."""
+
+    threshold: float = 0.92
+    k: int = 2
+    n: int = 3
+    cooldown_s: float = 10.0
+    topic: str = "rtgate/guard/{station}/stop"
+    name: str = "default"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.threshold, int | float) and 0.0 < self.threshold <= 1.0):
+            raise ConfigError(f"threshold must be in (0, 1], got {self.threshold!r}")
+        if not (isinstance(self.n, int) and 1 <= self.n <= 16):
+            raise ConfigError(f"n must be an int in [1, 16], got {self.n!r}")
+        if not (isinstance(self.k, int) and 1 <= self.k <= self.n):
+            raise ConfigError(f"k must be an int in [1, n={self.n}], got {self.k!r}")
+        cd = self.cooldown_s
+        if not (isinstance(cd, int | float) and math.isfinite(cd) and cd >= 0):
+            raise ConfigError(f"cooldown_s must be a finite number >= 0, got {cd!r}")
+        if not isinstance(self.topic, str) or not self.topic or "#" in self.topic:
+            raise ConfigError(f"topic must be a non-empty MQTT topic name, got {self.topic!r}")
+
+    def describe(self) -> str:
+        """The rule as it appears in a stop message."""
+        return f"{self.name}: score>={self.threshold:g} in {self.k} of {self.n} windows"
+
+    def topic_for(self, station: str) -> str:
+        return self.topic.replace("{station}", station)
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """The default rule and per-station overrides."""
+
+    default: Rule = field(default_factory=Rule)
+    stations: Mapping[str, Rule] = field(default_factory=dict)
+
+    def for_station(self, station: str) -> Rule:
+        return self.stations.get(station, self.default)
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any]) -> Rules:
+        """Rules from a parsed TOML document. Raises :class:`ConfigError` on a bad key."""
+        top = {k: v for k, v in data.items() if k not in ("stations", "machines")}
+        unknown = set(top) - _FIELDS
+        if unknown:
+            raise ConfigError(f"unknown rule keys: {sorted(unknown)}")
+        default = Rule(**top)
+        stations: dict[str, Rule] = {}
+        per = data.get("stations", {})
+        if not isinstance(per, Mapping):
+            raise ConfigError("[stations] must be a table of station tables")
+        for name, over in per.items():
+            if not isinstance(over, Mapping) or set(over) - _FIELDS:
+                raise ConfigError(f"[stations.{name}] has unknown keys or is not a table")
+            stations[name] = replace(default, **{"name": name, **over})
+        return cls(default, stations)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Rules:
+        """Rules from a TOML file."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            return cls.parse(tomllib.loads(text))
+        except (OSError, tomllib.TOMLDecodeError, TypeError) as e:
+            raise ConfigError(f"cannot read rules {path}: {e}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A stop decided for ``station`` by ``rule`` on the window ending at ``window_end_ts``."""
+
+    station: str
+    index: int
+    score: float
+    window_end_ts: float
+    rule: Rule
+
+    @property
+    def topic(self) -> str:
+        return self.rule.topic_for(self.station)
+
+
+class RuleEngine:
+    """k-of-n hits and cool-down for many stations at once (vectorised over stations)."""
+
+    def __init__(self, rules: Rules, stations: Sequence[str]) -> None:
+        if not stations or len(set(stations)) != len(stations):
+            raise InvalidRequest("stations must be non-empty and unique")
+        self.rules = rules
+        self.stations = list(stations)
+        per = [rules.for_station(s) for s in self.stations]
+        self._rule = per
+        self._thr = np.array([r.threshold for r in per], dtype=np.float32)
+        self._k = np.array([r.k for r in per], dtype=np.int8)
+        self._mask = np.array([(1 << r.n) - 1 for r in per], dtype=np.int64)
+        self._cool = np.array([r.cooldown_s for r in per], dtype=np.float64)
+        self._hits = np.zeros(len(per), dtype=np.int64)
+        self._until = np.full(len(per), -np.inf)
+
+    def feed(
+        self,
+        scores: npt.ArrayLike,
+        window_end_ts: float | npt.ArrayLike,
+        rows: npt.ArrayLike | None = None,
+    ) -> list[Decision]:
+        """Add one window's score per station (``rows``: which stations; default all)."""
+        s = np.asarray(scores, dtype=np.float32).reshape(-1)
+        idx = np.arange(len(self.stations)) if rows is None else np.asarray(rows, np.int64)
+        if len(s) != len(idx):
+            raise InvalidRequest(f"{len(s)} scores for {len(idx)} stations")
+        ts = np.broadcast_to(np.asarray(window_end_ts, dtype=np.float64), s.shape)
+        over = (s >= self._thr[idx]).astype(np.int64)
+        hits = ((self._hits[idx] << 1) | over) & self._mask[idx]
+        self._hits[idx] = hits
+        fire = (_POPCOUNT[hits] >= self._k[idx]) & (ts >= self._until[idx])
+        out: list[Decision] = []
+        for j in np.flatnonzero(fire):
+            i = int(idx[j])
+            self._until[i] = ts[j] + self._cool[i]
+            self._hits[i] = 0
+            out.append(Decision(self.stations[i], i, float(s[j]), float(ts[j]), self._rule[i]))
+        return out

@@ -1,0 +1,90 @@
+"""Helpers for the guard tests: a recording MQTT subscriber and a private broker."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+
+SHARED_BROKER = ("127.0.0.1", 1883)
+
+
+@dataclass
+class Subscriber:
+    """A real MQTT subscriber that records (receipt time, payload) per message."""
+
+    got: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    event: threading.Event = field(default_factory=threading.Event)
+    client: Any = None
+
+    def wait(self, n: int = 1, timeout: float = 5.0) -> bool:
+        end = time.monotonic() + timeout
+        while len(self.got) < n and time.monotonic() < end:
+            self.event.wait(0.05)
+            self.event.clear()
+        return len(self.got) >= n
+
+
+def subscribe(host: str, port: int, topic: str, client_id: str | None = None) -> Subscriber:
+    sub = Subscriber()
+    ready = threading.Event()
+    c = paho.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=client_id or f"test-sub-{uuid.uuid4().hex[:8]}",
+        clean_session=client_id is None,
+    )
+
+    def on_message(cl: Any, u: Any, m: Any) -> None:
+        sub.got.append((time.time(), json.loads(m.payload)))
+        sub.event.set()
+
+    c.on_connect = lambda cl, u, f, rc, p: cl.subscribe(topic, qos=1)
+    c.on_subscribe = lambda *a: ready.set()
+    c.on_message = on_message
+    c.connect(host, port, keepalive=10)
+    c.loop_start()
+    assert ready.wait(5.0), "could not subscribe"
+    sub.client = c
+    return sub
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrivateBroker:
+    """Our own ``mosquitto -p PORT``, which a test may stop and start again."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["mosquitto", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.1).close()
+                return
+            except OSError:
+                time.sleep(0.01)
+        raise RuntimeError("private mosquitto did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(5)
+            self.proc = None

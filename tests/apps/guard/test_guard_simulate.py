@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rtgate.apps.guard.diagnose import diagnose
+from rtgate.apps.guard.simulate import (
+    BEARINGS,
+    RATE,
+    SPEEDS,
+    Bearing,
+    draw_motor,
+    make_clip,
+    make_set,
+)
+from rtgate.errors import InvalidRequest
+
+
+def test_defect_frequencies_of_a_6205_match_the_handbook() -> None:
+    b = Bearing("6205", 9, 7.94, 39.04)  # the Case Western drive-end bearing
+    fr = 29.95  # 1797 rpm
+    assert b.bpfo(fr) / fr == pytest.approx(3.585, abs=0.005)
+    assert b.bpfi(fr) / fr == pytest.approx(5.415, abs=0.005)
+    assert b.bsf(fr) / fr == pytest.approx(2.357, abs=0.005)
+    assert b.ftf(fr) / fr == pytest.approx(0.398, abs=0.002)
+
+
+def test_clips_are_reproducible_and_seeds_differ() -> None:
+    a = make_set(3, "train", seed=5, seconds=1.0)
+    b = make_set(3, "train", seed=5, seconds=1.0)
+    c = make_set(3, "train", seed=6, seconds=1.0)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x.audio, y.audio)
+        assert x.motor == y.motor and x.onset_s == y.onset_s
+    assert not np.array_equal(a[0].audio, c[0].audio)
+
+
+def test_populations_share_no_bearing_and_no_speed() -> None:
+    names = {p: {b.name for b in BEARINGS[p]} for p in ("train", "unseen")}
+    assert not names["train"] & names["unseen"]
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        m = draw_motor(rng, "unseen")
+        assert any(lo <= m.shaft_hz <= hi for lo, hi in SPEEDS["unseen"])
+        assert not any(lo <= m.shaft_hz <= hi for lo, hi in SPEEDS["train"])
+
+
+def test_labels_follow_the_onset() -> None:
+    m = draw_motor(np.random.default_rng(1))
+    clip = make_clip(m, 1.0, fault="ball", onset_s=0.5)
+    y = clip.labels()
+    assert len(y) == 50 and y[:25].sum() == 0 and y[25:].all()
+    assert -1.0 <= clip.audio.min() and clip.audio.max() <= 1.0
+    assert make_clip(m, 1.0).labels().sum() == 0
+
+
+@pytest.mark.parametrize("fault", ["outer", "inner", "ball"])
+def test_envelope_analysis_finds_the_simulated_defect(fault: str) -> None:
+    m = draw_motor(np.random.default_rng(3), "unseen")
+    clip = make_clip(m, 1.5, fault=fault, onset_s=0.0, severity_db=12.0, impact_rate_hz=0.0)  # type: ignore[arg-type]
+    d = diagnose(clip.audio[RATE // 4 :], m.shaft_hz, m.bearing)
+    assert d.kind == fault
+    expected = {"outer": m.bearing.bpfo, "inner": m.bearing.bpfi}.get(fault)
+    if expected is not None:
+        assert d.impact_hz == pytest.approx(expected(m.shaft_hz), rel=0.04)
+    assert d.prominence > 4
+
+
+def test_envelope_without_geometry_still_gives_the_rate() -> None:
+    m = draw_motor(np.random.default_rng(4), "unseen")
+    clip = make_clip(m, 1.5, fault="outer", onset_s=0.0, severity_db=12.0, impact_rate_hz=0.0)
+    d = diagnose(clip.audio, m.shaft_hz)
+    assert d.impact_hz == pytest.approx(m.bearing.bpfo(m.shaft_hz), rel=0.04)
+    assert d.order == pytest.approx(d.impact_hz / m.shaft_hz, rel=0.01)
+    assert "Hz" in d.facts()
+
+
+def test_bad_simulation_requests() -> None:
+    m = draw_motor(np.random.default_rng(1))
+    with pytest.raises(InvalidRequest):
+        make_clip(m, 1.0, fault="cage")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest):
+        make_clip(m, 1.0, fault="outer", onset_s=2.0)
+    with pytest.raises(InvalidRequest):
+        draw_motor(np.random.default_rng(1), "mars")  # type: ignore[arg-type]
