@@ -4,8 +4,13 @@ The default chain, best first by quality: the cloud tier (a remote OpenAI-compat
 or, with none configured, the local model wrapped in the ``cloud-70b`` latency profile:
 an *emulation*, labelled as such), the local model (llama.cpp, in process), then the
 template table. Optional: an answer cache above the cloud tier (filled with the cloud
-tier's answers) and an intent classifier above the templates. The builders of each tier
-are in :mod:`rtgate.builders`.
+tier's answers; in process, or in Redis shared by the replicas) and an intent classifier
+above the templates. The builders of each tier are in :mod:`rtgate.builders`.
+
+Unless ``[resilience] enabled = false``, the model tiers are then wrapped
+(:func:`resilience_policies`, :func:`~rtgate.resilience.wire.apply_policies`): the local
+tier behind a concurrency cap (shed past it), the cloud tier behind its own cap, a circuit
+breaker (with a background health probe when it is remote) and a budget-aware retry.
 
 :func:`warm_up` loads and probes every tier once at start-up and reports how each went.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,9 +33,19 @@ from rtgate.emulate import EmulatedLatency
 from rtgate.errors import ConfigError
 from rtgate.gate import Gate
 from rtgate.latency import Prior
+from rtgate.resilience.breaker import BreakerConfig
+from rtgate.resilience.wire import TierPolicy, apply_policies
 from rtgate.tiers.base import Request, Tier
 
-__all__ = ["Assembly", "TierInfo", "assemble", "build_gate", "llama_threads", "warm_up"]
+__all__ = [
+    "Assembly",
+    "TierInfo",
+    "assemble",
+    "build_gate",
+    "llama_threads",
+    "resilience_policies",
+    "warm_up",
+]
 
 log = logging.getLogger("rtgate.assemble")
 
@@ -46,6 +62,16 @@ class Assembly:
     notes: list[str] = field(default_factory=list)
     warm: dict[str, str] = field(default_factory=dict)
     warmup_ms: float | None = None
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    async def aclose_resources(self) -> None:
+        """Close what the tiers share but do not own (e.g. the cache's Redis clients)."""
+        while self.closers:
+            close = self.closers.pop()
+            try:
+                await close()
+            except Exception as e:  # shutting down: report, go on
+                log.warning("closing %s failed: %s", getattr(close, "__qualname__", close), e)
 
     @classmethod
     def of(cls, gate: Gate) -> Assembly:
@@ -87,9 +113,11 @@ def assemble(config: Config) -> Assembly:
     if config.classifier.enabled:
         tiers.append(build.classifier(config))
     cache = None
+    closers: list[Callable[[], Awaitable[None]]] = []
     if config.cache.enabled:
-        cache, info = build.cache(config)
+        cache, info, stores = build.cache(config)
         tiers.append((cache, info))
+        closers += [s.aclose for s in stores]
     backend: Backend | None = None
     if config.local.enabled or (config.cloud.enabled and not config.cloud.remote):
         backend = build.llama(config)
@@ -128,8 +156,43 @@ def assemble(config: Config) -> Assembly:
         store=store,
         priors=priors,
     )
+    if config.resilience.enabled:
+        apply_policies(gate, resilience_policies(config, gate, mode))
     infos = sorted((i for _, i in tiers), key=lambda i: -i.quality)
-    return Assembly(gate, mode, infos, notes)
+    return Assembly(gate, mode, infos, notes, closers=closers)
+
+
+def resilience_policies(config: Config, gate: Gate, cloud_mode: CloudMode) -> dict[str, TierPolicy]:
+    """The ``[resilience]`` section as policies for the gate's ``local`` and ``cloud`` tiers.
+
+    The local tier has one slot per llama.cpp worker thread (``local_capacity``, default 1).
+    The emulated cloud tier runs on the same model but is not in the local tier's group:
+    it mostly runs delegated jobs, which should wait their turn in the model's queue rather
+    than be shed by an inline request holding the slot. Only a remote cloud is probed.
+    """
+    r = config.resilience
+    out: dict[str, TierPolicy] = {}
+    if "local" in gate.by_name:
+        out["local"] = TierPolicy(capacity=r.local_capacity, group="llama")
+    if "cloud" in gate.by_name:
+        breaker = None
+        if r.cloud_breaker:
+            breaker = BreakerConfig(
+                min_calls=r.breaker_min_calls,
+                max_samples=max(100, r.breaker_min_calls),
+                failure_rate=r.breaker_failure_rate,
+                open_s=r.breaker_open_s,
+                max_open_s=r.breaker_max_open_s,
+                slow_ms=r.breaker_slow_ms,
+            )
+        out["cloud"] = TierPolicy(
+            capacity=r.cloud_capacity,
+            breaker=breaker,
+            probe=breaker is not None and r.cloud_probe and cloud_mode == "remote",
+            retries=r.cloud_retries,
+            retry_backoff_ms=r.retry_backoff_ms,
+        )
+    return out
 
 
 async def warm_up(

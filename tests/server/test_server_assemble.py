@@ -12,7 +12,14 @@ from rtgate.emulate import EmulatedLatency
 from rtgate.errors import ConfigError
 from rtgate.gate import Gate
 from rtgate.latency import Prior
+from rtgate.resilience import AdmissionTier, BreakerTier, RetryTier, TierWrapper
+from rtgate.tiers.base import Tier
 from rtgate.tiers.fake import FakeTier
+
+
+def bare(tier: Tier) -> Tier:
+    """The tier under its resilience wrappers."""
+    return tier.innermost if isinstance(tier, TierWrapper) else tier
 
 
 async def test_default_chain_emulates_the_cloud_and_says_so() -> None:
@@ -20,10 +27,10 @@ async def test_default_chain_emulates_the_cloud_and_says_so() -> None:
     try:
         assert [t.name for t in asm.gate.tiers] == ["cloud", "local", "template"]
         assert asm.cloud_mode == "emulated"
-        cloud = asm.gate.by_name["cloud"]
+        cloud = bare(asm.gate.by_name["cloud"])
         assert isinstance(cloud, EmulatedLatency) and cloud.delegable
         assert cloud.profile.name == "cloud-70b"
-        local = asm.gate.by_name["local"]
+        local = bare(asm.gate.by_name["local"])
         assert cloud.inner.backend is local.backend  # type: ignore[attr-defined]
         assert any("EMULATED" in n for n in asm.notes)
         assert asm.tiers[0].kind == "emulated" and "cloud-70b" in asm.tiers[0].label
@@ -44,12 +51,47 @@ async def test_remote_cloud_is_an_openai_compatible_backend() -> None:
     try:
         assert asm.cloud_mode == "remote" and not asm.notes
         cloud = asm.gate.by_name["cloud"]
-        backend = cloud.backend  # type: ignore[attr-defined]
+        backend = bare(cloud).backend  # type: ignore[attr-defined]
         assert backend.base_url == "http://127.0.0.1:9/v1" and backend.model == "big"
         assert asm.gate.models["cloud"].predict_ttft() == 900.0  # the configured prior
         assert [t.name for t in asm.gate.tiers] == ["cloud", "template"]
     finally:
         await asm.gate.aclose()
+
+
+async def test_resilience_wraps_the_model_tiers_by_default() -> None:
+    asm = assemble(Config())
+    try:
+        local, cloud = asm.gate.by_name["local"], asm.gate.by_name["cloud"]
+        assert isinstance(local, AdmissionTier) and local.limiter.capacity == 1
+        assert isinstance(cloud, AdmissionTier) and cloud.limiter.capacity == 32
+        assert cloud.limiter is not local.limiter  # delegated jobs are not shed by inline ones
+        retry = cloud.inner
+        assert isinstance(retry, RetryTier) and retry.attempts == 2
+        breaker = retry.inner
+        assert isinstance(breaker, BreakerTier) and breaker.breaker.config.min_calls == 10
+        assert breaker.probe is None  # the emulated cloud is the local model: not probed
+        assert isinstance(asm.gate.by_name["template"], FakeTier | Tier)
+        assert not isinstance(asm.gate.by_name["template"], TierWrapper)
+    finally:
+        await asm.gate.aclose()
+    env = {
+        "RTGATE_CLOUD_BASE_URL": "http://127.0.0.1:9/v1",
+        "RTGATE_CLOUD_MODEL": "big",
+        "RTGATE_RESILIENCE_LOCAL_CAPACITY": "2",
+        "RTGATE_RESILIENCE_CLOUD_RETRIES": "1",
+    }
+    asm = assemble(load_config(env=env))
+    try:
+        local, cloud = asm.gate.by_name["local"], asm.gate.by_name["cloud"]
+        assert isinstance(local, AdmissionTier) and local.limiter.capacity == 2
+        assert isinstance(cloud, AdmissionTier) and isinstance(cloud.inner, BreakerTier)
+        assert cloud.inner.probe is not None  # a remote cloud is health-probed while open
+    finally:
+        await asm.gate.aclose()
+    off = assemble(load_config(env={"RTGATE_RESILIENCE_ENABLED": "false"}))
+    assert not any(isinstance(t, TierWrapper) for t in off.gate.tiers)
+    await off.gate.aclose()
 
 
 async def test_templates_only_and_nothing_at_all(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ other applications mount their own routers."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -70,19 +71,20 @@ def test_bad_router_spec_is_a_config_error() -> None:
         create_app(cfg)
 
 
-async def test_unexpected_exception_is_500_without_internals() -> None:
-    # like uvicorn, the transport logs what the app re-raises after answering
-    async with running(extra_routers=[app_router()], raise_app_exceptions=False) as (_, client):
+async def test_unexpected_exception_is_500_without_internals(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the error shield answers with a reference id; the traceback goes to the log only
+    async with running(extra_routers=[app_router()]) as (_, client):
         r = await client.get("/boom")
     assert r.status_code == 500
-    assert r.json() == {
-        "error": {
-            "code": "internal_error",
-            "message": "internal server error",
-            "type": "server_error",
-        }
-    }
+    err = r.json()["error"]
+    assert (err["code"], err["type"]) == ("internal_error", "server_error")
+    ref = re.fullmatch(r"internal error \(reference ([0-9a-f]{8})\)", err["message"])
+    assert ref is not None
     assert "secret" not in r.text and "Traceback" not in r.text
+    logged = [rec for rec in caplog.records if ref.group(1) in rec.getMessage()]
+    assert logged and logged[0].exc_info is not None  # the log has what the client has not
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,31 @@ async def test_healthz_after_warm_up_reports_each_tier() -> None:
     assert body["warmup_ms"] is not None
 
 
+async def test_healthz_reports_resilience_auth_and_delegation() -> None:
+    from rtgate.resilience import BreakerConfig
+    from rtgate.resilience.wire import TierPolicy, apply_policies
+
+    gate = fake_gate()
+    apply_policies(
+        gate,
+        {
+            "local": TierPolicy(capacity=1, group="llama"),
+            "cloud": TierPolicy(capacity=4, breaker=BreakerConfig(), retries=2),
+        },
+    )
+    async with running(gate) as (_, client):
+        await client.post("/v1/gate", json={"input": "hi", "budget_ms": 150, "delegate": False})
+        body = (await client.get("/healthz")).json()
+    res = body["resilience"]
+    assert res["local"]["AdmissionTier"]["admitted"] == 1
+    assert res["local"]["AdmissionTier"]["capacity"] == 1
+    assert res["cloud"]["BreakerTier"]["state"] == "closed"
+    assert set(res["cloud"]) == {"AdmissionTier", "RetryTier", "BreakerTier"}
+    assert "template" not in res
+    assert body["auth"] == "open"
+    assert body["delegation"] == {"backend": "inprocess", "shared_latency": {"enabled": False}}
+
+
 async def test_metrics_are_the_gates_prometheus_registry() -> None:
     async with running() as (_, client):
         await client.post("/v1/gate", json={"input": "hi", "budget_ms": 20, "delegate": False})

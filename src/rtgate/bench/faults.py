@@ -1,7 +1,10 @@
 """``rtgate bench faults``: do budgets hold when the cloud misbehaves and the load is double?
 
-The bench starts two subprocesses it owns: ``rtgate fake-llm`` as the cloud tier and
-``rtgate serve`` with a config pointing its cloud tier at the fake. Then:
+The bench starts two subprocesses it owns: ``rtgate fake-llm`` as the cloud tier and the
+plain ``rtgate serve --config FILE``, whose config points its cloud tier at the fake and
+spells out the ``[resilience]`` section it runs with (the server's defaults: the local
+model behind one slot, the cloud tier behind a cap, a circuit breaker with a health probe
+and a budget-aware retry). Then:
 
 1. **Calibration.** With the fake answering every request with HTTP 500, sequential
    requests that no template answers are served by the local model; the local model's
@@ -54,7 +57,6 @@ MODEL_INPUTS = (
 )
 MIXED_INPUTS = (*MODEL_INPUTS, "我想查一下信用卡账单", "How do I raise my credit limit?")
 SERVE = f"{shlex.quote(sys.executable)} -m rtgate.server.cli serve"
-SERVE_RESILIENT = f"{shlex.quote(sys.executable)} -m rtgate.bench.faults_serve"
 FAKE = f"{shlex.quote(sys.executable)} -m rtgate.fakellm.cli"
 
 
@@ -112,7 +114,10 @@ def _config(port: int, fake_port: int, local_max_tokens: int) -> str:
         f"[local]\nmax_tokens = {local_max_tokens}\n\n"
         "[cloud]\n"
         f'base_url = "http://127.0.0.1:{fake_port}/v1"\nmodel = "fake"\n'
-        "ttft_p99_ms = 200.0\ntimeout_s = 30.0\n"
+        "ttft_p99_ms = 200.0\ntimeout_s = 30.0\n\n"
+        "[resilience]\n"
+        "enabled = true\nlocal_capacity = 1\ncloud_capacity = 32\n"
+        "cloud_breaker = true\ncloud_probe = true\ncloud_retries = 2\n"
     )
 
 
@@ -293,15 +298,10 @@ def faults(
     mix: str = typer.Option(DEFAULT_MIX, help="the fake cloud's fault mix"),
     seed: int = typer.Option(0, help="seed of arrivals, inputs and faults"),
     serve_cmd: str = typer.Option(SERVE, help="how to start the server (gets --config FILE)"),
-    resilient: bool = typer.Option(
-        False, help="serve with admission control, breaker and retry (rtgate.bench.faults_serve)"
-    ),
 ) -> None:
     """Budgets under faults and overload: the fake cloud misbehaves at twice the capacity."""
     from rtgate.cli import show_table, write_json
 
-    if resilient:
-        serve_cmd = SERVE_RESILIENT
     report = run(
         requests=requests, budget_ms=budget_ms, load=load, mix=mix, seed=seed, serve_cmd=serve_cmd
     )

@@ -8,6 +8,7 @@
     prefix = "rtgate"                 # keys / stream names; one prefix per queue
     queue_size = 1024                 # jobs waiting or running; beyond it: refused
     redeliver_after_s = 30            # a job silent this long belongs to a dead worker
+    share_latency = true              # redis: replicas load and publish learned latencies
 
 A gate replica and the workers of one deployment use the same ``backend``, ``url`` and
 ``prefix``. The gate side builds its queue with :func:`make_queue` and hands the queue's
@@ -38,7 +39,9 @@ DEFAULT_URLS = {"redis": "redis://127.0.0.1:6379/0", "nats": "nats://127.0.0.1:4
 class DelegationSettings:
     """Where delegated jobs go. ``workers`` applies to the in-process queue only,
     ``concurrency`` to a worker process (jobs it runs at once), ``nats_replicas`` to a
-    JetStream cluster (copies of the stream and bucket)."""
+    JetStream cluster (copies of the stream and bucket). With Redis and ``share_latency``,
+    a gate replica loads the fleet's learned latencies at start-up and publishes its own
+    every ``latency_every_s`` (:class:`~rtgate.delegate.warm.SharedLatency`)."""
 
     backend: Backend = "inprocess"
     url: str | None = None
@@ -52,6 +55,8 @@ class DelegationSettings:
     poll_s: float = 1.0
     replica: str | None = None
     nats_replicas: int = 1
+    share_latency: bool = True
+    latency_every_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.backend not in ("inprocess", "redis", "nats"):
@@ -61,7 +66,7 @@ class DelegationSettings:
         for name in ("queue_size", "workers", "concurrency", "max_deliveries", "nats_replicas"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"delegation.{name} must be >= 1")
-        for name in ("result_ttl_s", "redeliver_after_s", "poll_s"):
+        for name in ("result_ttl_s", "redeliver_after_s", "poll_s", "latency_every_s"):
             if not float(getattr(self, name)) > 0:
                 raise ConfigError(f"delegation.{name} must be > 0")
 

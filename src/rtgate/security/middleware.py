@@ -12,7 +12,8 @@ Every error the client sees has one shape: ``{"error": {"code", "message", "type
 The key is read from ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``; for a
 WebSocket (browsers cannot set headers there) also from the ``api_key`` query parameter.
 The verified :class:`~rtgate.security.keys.KeyRecord` is put in ``scope["state"]["api_key"]``
-(``request.state.api_key`` in Starlette) so a route can apply the key's caps.
+(``request.state.api_key`` in Starlette) so a route can apply the key's caps, and the store
+in ``scope["state"]["api_key_store"]``, so a WebSocket can charge each message it serves.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rtgate.errors import (
@@ -153,7 +155,9 @@ class APIKeyMiddleware:
                 [("retry-after", str(retry))],
             )
             return
-        scope.setdefault("state", {})["api_key"] = rec
+        st = scope.setdefault("state", {})
+        st["api_key"] = rec
+        st["api_key_store"] = self.store
         await self.app(scope, receive, send)
 
     async def _refuse(
@@ -174,8 +178,12 @@ class APIKeyMiddleware:
         await send_error(scope, send, status, code, message, hdrs)
 
 
-class _BodyTooLarge(Exception):
-    pass
+class _BodyTooLarge(HTTPException):
+    """Raised from ``receive`` past the limit. An ``HTTPException`` so that a framework
+    reading the body (FastAPI turns other errors there into a 400) answers it as a 413."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"the request body is larger than {max_bytes} bytes")
 
 
 class BodyLimitMiddleware:
@@ -205,7 +213,7 @@ class BodyLimitMiddleware:
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _BodyTooLarge
+                    raise _BodyTooLarge(self.max_bytes)
             return msg
 
         async def tracking_send(msg: Message) -> None:

@@ -11,6 +11,11 @@ Other applications add their endpoints as FastAPI routers, three ways:
 A router that needs start-up work gives itself a ``lifespan``; it runs inside the app's,
 so the gate is ready and ``get_state`` works. Endpoints reach the gate through the
 :func:`~rtgate.server.state.get_state` dependency.
+
+Around every request runs the security stack of :mod:`rtgate.server.security` (error
+shield, CORS, body limit, API keys), unless the caller passes its own ``middleware``.
+At start-up, with Redis delegation, the replica loads and then keeps publishing the
+fleet's learned latencies (:mod:`rtgate.server.fleet`).
 """
 
 from __future__ import annotations
@@ -36,8 +41,11 @@ from rtgate.assemble import Assembly, assemble, warm_up
 from rtgate.config import Config
 from rtgate.errors import ConfigError
 from rtgate.gate import Gate
+from rtgate.resilience.wire import resilience_snapshot
 from rtgate.server import gate_api, openai_api, ws
-from rtgate.server.errors import BodyLimitMiddleware, install_error_handlers
+from rtgate.server.errors import install_error_handlers
+from rtgate.server.fleet import shared_latency
+from rtgate.server.security import OPEN_NOTE, auth_mode, server_middleware
 from rtgate.server.state import ServerState, state
 from rtgate.server.streams import ClientGone, json_response
 
@@ -69,6 +77,7 @@ async def healthz(st: Annotated[ServerState, Depends(state)]) -> Response:
         tiers.append(entry)
     failed = [n for n, s in asm.warm.items() if s != "ok"]
     cloud = next((t for t in asm.tiers if t.name == "cloud"), None)
+    notes = [*asm.notes, OPEN_NOTE] if st.auth == "open" else list(asm.notes)
     body = {
         "status": "degraded" if failed else "ok",
         "version": _version(),
@@ -81,7 +90,13 @@ async def healthz(st: Annotated[ServerState, Depends(state)]) -> Response:
             "label": cloud.label if cloud else None,
         },
         "tiers": tiers,
-        "notes": asm.notes,
+        "notes": notes,
+        "auth": st.auth,
+        "resilience": resilience_snapshot(gate),
+        "delegation": {
+            "backend": st.config.delegation.backend,
+            "shared_latency": st.fleet,
+        },
         "queue_depth": snap["queue_depth"],
         "jobs": len(gate.jobs),
     }
@@ -121,7 +136,7 @@ def load_routers(config: Config) -> list[APIRouter]:
     return out
 
 
-def _announce(asm: Assembly) -> None:
+def _announce(asm: Assembly, auth: str) -> None:
     for info in asm.tiers:
         state = asm.warm.get(info.name, "not warmed")
         log.info(
@@ -129,6 +144,10 @@ def _announce(asm: Assembly) -> None:
         )
     for note in asm.notes:
         log.warning("%s", note)
+    if auth == "open":
+        log.warning("%s", OPEN_NOTE)
+    else:
+        log.info("API keys required on every route but the open paths")
     if asm.warmup_ms is not None:
         log.info("warm-up took %.0f ms", asm.warmup_ms)
 
@@ -145,7 +164,7 @@ def create_app(
     extra_routers: Sequence[RouterSpec] = (),
     warmup: bool | None = None,
     freeze_gc: bool = False,
-    middleware: Sequence[Middleware] = (),
+    middleware: Sequence[Middleware] | None = None,
 ) -> FastAPI:
     """The rtgate server application.
 
@@ -154,7 +173,9 @@ def create_app(
         assembly: a prebuilt gate and its description (else built from ``config`` at
             start-up); ``gate`` is a bare gate instead (tests, embedding).
         extra_routers: more routers to mount (``APIRouter`` or ``f(config) -> APIRouter``).
-        middleware: ASGI middleware around everything (API keys, CORS), outermost first.
+        middleware: ASGI middleware around everything, outermost first; default: the
+            ``[security]`` stack (:func:`~rtgate.server.security.server_middleware`: error
+            shield, CORS, body limit, API keys). A list given here replaces it.
         warmup: warm every tier at start-up (default: ``config.gate.warmup``).
         freeze_gc: after start-up, move every object to the garbage collector's permanent
             generation (``gc.freeze``), so full collections stop rescanning the loaded
@@ -162,32 +183,39 @@ def create_app(
     """
     config = config or Config()
     do_warmup = config.gate.warmup if warmup is None else warmup
+    stack = server_middleware(config) if middleware is None else list(middleware)
+    auth = auth_mode(stack)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         asm = assembly or (Assembly.of(gate) if gate is not None else assemble(config))
-        async with asm.gate:
-            if do_warmup:
-                await warm_up(asm, config.gate.warmup_budget_ms, config.gate.warmup_max_tokens)
-            _announce(asm)
-            app.state.rtgate = ServerState(config, asm)
-            if freeze_gc:
-                gc.collect()
-                gc.freeze()
-            try:
-                yield
-            finally:
-                app.state.rtgate = None
+        try:
+            async with asm.gate, shared_latency(config, asm.gate) as fleet:
+                if do_warmup:
+                    g = config.gate
+                    await warm_up(asm, g.warmup_budget_ms, g.warmup_max_tokens)
+                _announce(asm, auth)
+                st = ServerState(config, asm, auth=auth, fleet=fleet)
+                app.state.rtgate = st
+                if freeze_gc:
+                    gc.collect()
+                    gc.freeze()
+                try:
+                    yield
+                finally:
+                    app.state.rtgate = None
+                    await st.aclose()
+        finally:
+            await asm.aclose_resources()
 
     app = FastAPI(
         title="rtgate",
         version=_version(),
         summary="A latency-budget gate for language models",
         lifespan=lifespan,
-        middleware=list(middleware),
+        middleware=stack,
     )
     app.state.rtgate = None
-    app.add_middleware(BodyLimitMiddleware, max_bytes=config.server.max_body_bytes)
     install_error_handlers(app)
     app.add_exception_handler(ClientGone, _client_gone)
     for router in (gate_api.router, openai_api.router, ws.router, ops):

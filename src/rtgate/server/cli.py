@@ -18,7 +18,7 @@ from rich.markup import escape
 from rtgate.config import Config, load_config
 from rtgate.errors import ConfigError
 
-__all__ = ["app", "run_server", "uvicorn_config"]
+__all__ = ["app", "build_server", "run_server", "uvicorn_config"]
 
 app = typer.Typer(help="The rtgate HTTP server.", no_args_is_help=True, add_completion=False)
 err = Console(stderr=True)
@@ -56,19 +56,32 @@ def uvicorn_config(config: Config, application: Any) -> Any:
     )
 
 
-def run_server(config: Config) -> None:
-    """Build the gate (so a bad model or file fails here, clearly), then serve."""
+def build_server(config: Config) -> Any:
+    """A ``uvicorn.Server`` for ``config``, not started. The key store and the gate are
+    built here, so a bad file or model fails before serving, clearly; log redaction is
+    installed once uvicorn has configured logging (building ``uvicorn.Config`` does)."""
     import uvicorn
 
     from rtgate.assemble import assemble
     from rtgate.server.app import create_app
+    from rtgate.server.security import install_log_redaction, load_keys, server_middleware
 
     logging.basicConfig(
         level=config.server.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    application = create_app(config, assembly=assemble(config), freeze_gc=True)
-    uvicorn.Server(uvicorn_config(config, application)).run()
+    middleware = server_middleware(config, load_keys(config))
+    application = create_app(
+        config, assembly=assemble(config), freeze_gc=True, middleware=middleware
+    )
+    server = uvicorn.Server(uvicorn_config(config, application))
+    install_log_redaction(config)
+    return server
+
+
+def run_server(config: Config) -> None:
+    """Build the server (see :func:`build_server`), then serve until stopped."""
+    build_server(config).run()
 
 
 @app.command()

@@ -3,8 +3,8 @@
 ``code`` is stable and machine-readable (the rtgate exception's ``code``, or one of the
 HTTP-level codes below); ``type`` follows the OpenAI error shape so OpenAI SDKs raise the
 right exception class. Unexpected exceptions are logged with their traceback on the server
-and answered with ``500 internal_error``. Request bodies are capped by
-:class:`BodyLimitMiddleware` before they are read.
+and answered with ``500 internal_error``. Request bodies are capped before they are read
+by :class:`rtgate.security.BodyLimitMiddleware` (in the server's middleware stack).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rtgate.errors import (
     BackendError,
@@ -30,7 +29,7 @@ from rtgate.errors import (
     RtgateError,
 )
 
-__all__ = ["ApiError", "BodyLimitMiddleware", "error_body", "install_error_handlers"]
+__all__ = ["ApiError", "error_body", "install_error_handlers"]
 
 log = logging.getLogger("rtgate.server")
 
@@ -147,41 +146,3 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(HTTPException, _on_http)
     app.add_exception_handler(Exception, _on_unexpected)
-
-
-class BodyLimitMiddleware:
-    """Refuses HTTP bodies over ``max_bytes`` with 413: at once when ``Content-Length``
-    says so, else as soon as the streamed body passes the limit."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        limit = self.max_bytes
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                try:
-                    too_big = int(value) > limit
-                except ValueError:
-                    too_big = False
-                if too_big:
-                    msg = f"request body larger than {limit} bytes"
-                    await error_response(413, "body_too_large", msg)(scope, receive, send)
-                    return
-                break
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise HTTPException(413, f"request body larger than {limit} bytes")
-            return message
-
-        await self.app(scope, limited, send)

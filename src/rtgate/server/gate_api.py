@@ -8,6 +8,10 @@ Streamed answers are server-sent events::
     event: error      data: {"error": {"code", "message"}}    (only if something broke)
 
 Comment lines (``: ping``) keep the connection alive while a follow-up is pending.
+
+A job id is sent once the job is safely queued (:func:`rtgate.server.jobs.confirm_job`).
+A client that leaves before it got the id, or while it waits for the ``followup`` on the
+stream, cancels the job; ``GET /v1/jobs/{id}`` answers on any replica sharing the broker.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
 from rtgate.gate import DoneEvent, GateResult, TokenEvent
+from rtgate.server import jobs
 from rtgate.server.errors import error_body
 from rtgate.server.schemas import ErrorOut, GateAnswer, GateBody, JobOut
-from rtgate.server.state import ServerState, get_state, state
+from rtgate.server.state import ServerState, api_key, get_state, state
 from rtgate.server.streams import (
     answer_dict,
     follow_job,
@@ -84,19 +89,22 @@ async def gate_answer(body: GateBody, http: HttpRequest) -> Response:
     st = get_state(http)
     headers = http.headers
     accept = headers.get("accept")
-    budget = st.budget_ms(headers.get("x-budget-ms"), body.budget_ms)
+    key = api_key(http)  # its caps: over one -> 400 key_limit_exceeded
+    budget = st.budget_ms(headers.get("x-budget-ms"), body.budget_ms, key)
     messages = [Message(m.role, m.content) for m in body.messages or ()]
-    req = st.request(body.input, messages, max_tokens=body.max_tokens, delegate=body.delegate)
+    req = st.request(
+        body.input, messages, max_tokens=body.max_tokens, delegate=body.delegate, key=key
+    )
     if body.stream or (accept is not None and "text/event-stream" in accept):
         return sse_response(_events(st, req, budget, body.follow))
-    result = await st.answer(http, req, budget)
+    result = await jobs.confirm_job(st, await st.answer(http, req, budget))
     return json_response(answer_dict(result), headers=_result_headers(result))
 
 
 async def _events(
     st: ServerState, req: Request, budget: float, follow: bool
 ) -> AsyncIterator[bytes]:
-    result: GateResult | None = None
+    unclaimed: str | None = None  # a job whose id or follow-up has not reached the client
     try:
         async with contextlib.aclosing(st.gate.stream(req, budget)) as events:
             async for ev in events:
@@ -106,14 +114,21 @@ async def _events(
                         token["data"] = dict(ev.data)
                     yield sse("token", token)
                 elif isinstance(ev, DoneEvent):
-                    result = ev.result
+                    unclaimed = ev.result.job_id  # cancelled if the client leaves now
+                    result = await jobs.confirm_job(st, ev.result)
+                    unclaimed = result.job_id
                     yield sse("done", answer_dict(result))
-        if follow and result is not None and result.job_id is not None:
-            async for chunk in follow_job(st.gate, result.job_id, st.config.server.sse_ping_s):
+        if follow and unclaimed is not None:
+            ping_s = st.config.server.sse_ping_s
+            async for chunk in follow_job(jobs.wait(st, unclaimed), ping_s):
                 yield chunk
+        unclaimed = None
     except Exception as e:  # the response has started: report in-band, never a traceback
         log.exception("gate stream failed")
         yield sse("error", error_body(500, "internal_error", f"stream failed: {type(e).__name__}"))
+    finally:
+        if unclaimed is not None:  # the client left first: nobody will collect the job
+            jobs.cancel(st, unclaimed)
 
 
 @router.get(
@@ -129,9 +144,10 @@ async def get_job(
         float, Query(ge=0, le=60_000, description="Wait up to this long for it to finish.")
     ] = 0,
 ) -> Response:
-    """Status and, once finished, the result of a delegated job."""
-    job = st.gate.jobs.get(job_id)  # JobNotFound -> 404
-    if wait_ms > 0 and job.status not in ("done", "failed"):
+    """Status and, once finished, the result of a delegated job. With a broker (Redis,
+    NATS), any replica answers, whichever took the request."""
+    job = await jobs.find(st, job_id)  # JobNotFound -> 404
+    if wait_ms > 0 and job.status not in ("done", "failed", "cancelled"):
         with contextlib.suppress(TimeoutError):
-            job = await asyncio.wait_for(st.gate.wait_job(job_id), wait_ms / 1000.0)
+            job = await asyncio.wait_for(jobs.wait(st, job_id), wait_ms / 1000.0)
     return json_response(job.to_dict())

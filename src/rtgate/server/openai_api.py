@@ -5,7 +5,9 @@ comes from the ``X-Budget-Ms`` header or a ``budget_ms`` field (the tighter wins
 rtgate adds rides in an extra ``rtgate`` object (``route``, ``job_id``, ``placeholder``,
 ``trace``) on the completion, or on the last chunk of a stream; a non-streamed answer
 also carries ``X-Rtgate-Route`` and, when a deeper answer was delegated,
-``X-Rtgate-Job-Id`` headers. Fetch the deeper answer at ``GET /v1/jobs/{id}``.
+``X-Rtgate-Job-Id`` headers. Fetch the deeper answer at ``GET /v1/jobs/{id}``. As on
+``/v1/gate``, a job id is sent once the job is safely queued, and a client that leaves
+before the last chunk cancels the job.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
 from rtgate.gate import DoneEvent, GateResult, TokenEvent
+from rtgate.server import jobs
 from rtgate.server.errors import ApiError, error_body
 from rtgate.server.schemas import ChatCompletionRequest, ChatMessageIn, ErrorOut
-from rtgate.server.state import ServerState, state
+from rtgate.server.state import ServerState, api_key, state
 from rtgate.server.streams import json_response, sse, sse_response
 from rtgate.tiers.base import Message, Request
 
@@ -116,6 +119,7 @@ async def chat_completions(
         raise ApiError(400, "unsupported", "only n=1 is supported", "n")
     text, messages = _messages(body)
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or ())
+    key = api_key(http)  # its caps: over one -> 400 key_limit_exceeded
     req = st.request(
         text,
         messages,
@@ -123,13 +127,14 @@ async def chat_completions(
         temperature=body.temperature,
         stop=stop,
         delegate=body.delegate,
+        key=key,
     )
-    budget = st.budget_ms(x_budget_ms, body.budget_ms)
+    budget = st.budget_ms(x_budget_ms, body.budget_ms, key)
     cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
     if body.stream:
         return sse_response(_chunks(st, req, budget, cid, created, body.model))
-    result = await st.answer(http, req, budget)
+    result = await jobs.confirm_job(st, await st.answer(http, req, budget))
     completion = {
         "id": cid,
         "object": "chat.completion",
@@ -167,6 +172,7 @@ async def _chunks(
         return sse(None, obj)
 
     yield chunk({"role": "assistant", "content": ""})
+    unclaimed: str | None = None  # a job whose id has not reached the client yet
     try:
         sent = False
         async with contextlib.aclosing(st.gate.stream(req, budget)) as events:
@@ -176,11 +182,17 @@ async def _chunks(
                         sent = True
                         yield chunk({"content": ev.text})
                 elif isinstance(ev, DoneEvent):
-                    result = ev.result
+                    unclaimed = ev.result.job_id  # cancelled if the client leaves now
+                    result = await jobs.confirm_job(st, ev.result)
+                    unclaimed = result.job_id
                     if not sent and result.text:  # the placeholder of a silent answer
                         yield chunk({"content": result.text})
                     yield chunk({}, _finish_reason(result, req), rtgate=_rtgate(result))
+                    unclaimed = None
     except Exception as e:
         log.exception("chat completion stream failed")
         yield sse(None, error_body(500, "internal_error", f"stream failed: {type(e).__name__}"))
+    finally:
+        if unclaimed is not None:
+            jobs.cancel(st, unclaimed)
     yield sse(None, "[DONE]")

@@ -67,7 +67,7 @@ class JobOut(BaseModel):
 
     id: str
     tier: str
-    status: Literal["queued", "running", "done", "failed"]
+    status: Literal["queued", "running", "done", "failed", "cancelled"]
     text: str
     data: list[dict[str, Any]]
     error: str | None

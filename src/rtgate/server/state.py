@@ -3,13 +3,21 @@
 Endpoints get it with the async :func:`state` dependency (``Depends(state)``) or by calling
 :func:`get_state` on a request or WebSocket; routers that applications mount do the same
 to reach the gate.
+
+With API keys on, the verified key (:func:`api_key`) carries caps on ``budget_ms`` and
+``max_tokens``: :meth:`ServerState.budget_ms` and :meth:`ServerState.request` refuse a
+request that asks for more (``key_limit_exceeded``), and use the cap as the default when
+the request asks for nothing and the server's default is above it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import HTTPConnection
 from starlette.requests import Request as HttpRequest
@@ -19,29 +27,80 @@ from rtgate.budget import MAX_BUDGET_MS
 from rtgate.config import Config
 from rtgate.errors import InvalidBudget
 from rtgate.gate import Gate, GateResult
+from rtgate.security.keys import KeyRecord, KeyStore
 from rtgate.server.errors import ApiError
 from rtgate.server.streams import unless_disconnected
 from rtgate.tiers.base import Message, Request
 from rtgate.tiers.textnorm import lang_of
 
-__all__ = ["ServerState", "get_state", "state"]
+__all__ = ["DEFAULT_MAX_TOKENS", "ServerState", "api_key", "get_state", "key_store", "state"]
+
+log = logging.getLogger("rtgate.server")
+DEFAULT_MAX_TOKENS = 128
+
+
+def api_key(conn: HTTPConnection) -> KeyRecord | None:
+    """The verified API key of a request or WebSocket (``None`` when keys are off)."""
+    rec = conn.scope.get("state", {}).get("api_key")
+    return rec if isinstance(rec, KeyRecord) else None
+
+
+def key_store(conn: HTTPConnection) -> KeyStore | None:
+    """The key store that verified the request (to charge a WebSocket's messages)."""
+    store = conn.scope.get("state", {}).get("api_key_store")
+    return store if isinstance(store, KeyStore) else None
 
 
 @dataclass(slots=True)
 class ServerState:
-    """The running server's shared objects."""
+    """The running server's shared objects.
+
+    ``auth`` is ``"api_keys"`` or ``"open"``; ``fleet`` says what shared latency was
+    loaded (:mod:`rtgate.server.fleet`). Background work started on behalf of
+    requests (cancelling a job on the broker after its client left) is held in
+    ``background``, at most ``max_background`` tasks; past that it is skipped and logged.
+    """
 
     config: Config
     assembly: Assembly
     started: float = field(default_factory=time.time)
+    auth: str = "open"
+    fleet: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
+    max_background: int = 1024
+    background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property
     def gate(self) -> Gate:
         return self.assembly.gate
 
-    def budget_ms(self, header: str | None, body: float | None) -> float:
+    def spawn(self, work: Coroutine[Any, Any, Any], what: str) -> None:
+        """Run ``work`` in the background, held here until it ends (errors are logged)."""
+        if len(self.background) >= self.max_background:
+            work.close()
+            log.warning("background work skipped (%d running): %s", len(self.background), what)
+            return
+        task = asyncio.ensure_future(work)
+        self.background.add(task)
+        task.add_done_callback(lambda t: self._reap(t, what))
+
+    def _reap(self, task: asyncio.Task[Any], what: str) -> None:
+        self.background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("%s failed: %s", what, task.exception())
+
+    async def aclose(self) -> None:
+        """Cancel and await the background work."""
+        tasks = list(self.background)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def budget_ms(
+        self, header: str | None, body: float | None, key: KeyRecord | None = None
+    ) -> float:
         """The request's budget: the tighter of the ``X-Budget-Ms`` header and the
-        ``budget_ms`` field, else the configured default. Raises ``InvalidBudget``."""
+        ``budget_ms`` field, else the configured default (capped by ``key``'s limit).
+        Raises ``InvalidBudget``, or ``KeyLimitExceeded`` above ``key``'s limit."""
         s = self.config.server
         values: list[float] = []
         if header is not None and header.strip():
@@ -52,9 +111,14 @@ class ServerState:
         if body is not None:
             values.append(body)
         budget = min(values) if values else s.default_budget_ms
+        cap = key.policy.max_budget_ms if key is not None else None
+        if not values and cap is not None:
+            budget = min(budget, cap)
         limit = min(s.max_budget_ms, MAX_BUDGET_MS)
         if not 0 < budget <= limit:  # also false for NaN
             raise InvalidBudget(f"budget_ms must be in (0, {limit:g}], got {budget:g}")
+        if key is not None:
+            key.policy.check(budget_ms=budget)
         return budget
 
     async def answer(self, http: HttpRequest, request: Request, budget_ms: float) -> GateResult:
@@ -75,8 +139,10 @@ class ServerState:
         temperature: float | None = None,
         stop: Sequence[str] = (),
         delegate: bool | None = None,
+        key: KeyRecord | None = None,
     ) -> Request:
-        """A gate request, after the size limits; the placeholder follows the language."""
+        """A gate request, after the size limits and ``key``'s ``max_tokens`` cap; the
+        placeholder follows the language."""
         s = self.config.server
         size = len(text) + sum(len(m.content) for m in messages)
         if size > s.max_input_chars:
@@ -93,12 +159,16 @@ class ServerState:
             raise ApiError(
                 400, "max_tokens_too_large", f"max_tokens must be <= {s.max_tokens}", "max_tokens"
             )
+        if key is not None:
+            key.policy.check(max_tokens=max_tokens)
+            if max_tokens is None and key.policy.max_tokens is not None:
+                max_tokens = min(DEFAULT_MAX_TOKENS, key.policy.max_tokens)
         g = self.config.gate
         placeholder = g.placeholder_zh if lang_of(text) == "zh" else g.placeholder
         return Request(
             input=text,
             messages=tuple(messages),
-            max_tokens=max_tokens if max_tokens is not None else 128,
+            max_tokens=max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS,
             temperature=0.0 if temperature is None else temperature,
             stop=tuple(stop),
             delegate=delegate,

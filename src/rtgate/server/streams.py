@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from rtgate.gate import Gate, GateResult
+from rtgate.delegate.base import Job
+from rtgate.gate import GateResult
 
 __all__ = [
     "SSE_HEADERS",
@@ -91,9 +92,10 @@ def answer_dict(result: GateResult) -> dict[str, Any]:
     }
 
 
-async def follow_job(gate: Gate, job_id: str, ping_s: float) -> AsyncIterator[bytes]:
-    """Yield SSE comments every ``ping_s`` while the job runs, then its ``followup`` event."""
-    waiter = asyncio.ensure_future(gate.wait_job(job_id))
+async def follow_job(job: Awaitable[Job], ping_s: float) -> AsyncIterator[bytes]:
+    """Yield SSE comments every ``ping_s`` while the job runs (``job`` waits for it to
+    finish), then its ``followup`` event."""
+    waiter = asyncio.ensure_future(job)
     try:
         while True:
             done, _ = await asyncio.wait({waiter}, timeout=ping_s)

@@ -3,14 +3,14 @@
 Client to server (JSON text frames)::
 
     {"seq": 7, "input": "...", "budget_ms": 150, "stream": true, "delegate": null}
-    {"type": "cancel", "seq": 8}                     # stop the work in flight
+    {"type": "cancel", "seq": 8}                     # stop the work in flight and follow-ups
 
 ``seq`` must grow; a newer request cancels the one in flight (its tier streams are
 closed). Server to client, each tagged with the ``seq`` it belongs to::
 
     {"type": "token", "seq", "text", "t_ms"}         # when stream is true
     {"type": "answer", "seq", "answer", "route", "placeholder", "job_id", "data", "trace"}
-    {"type": "cancelled", "seq"}                     # superseded or cancelled
+    {"type": "cancelled", "seq", "job_id"?}          # superseded or cancelled
     {"type": "followup", "seq", "stale", "job": {...}}   # a delegated answer, pushed late
     {"type": "error", "seq"?, "error": {"code", "message"}}
 
@@ -19,6 +19,16 @@ request has arrived since. Bounds: outgoing messages wait in a queue of
 ``server.ws_queue`` (when full the producer waits: back-pressure on this session only);
 at most ``server.ws_max_followups`` follow-ups are watched at once (beyond that the answer
 says ``"followup": false`` and the client polls ``GET /v1/jobs/{id}``).
+
+Delegated jobs: a job id is sent once the job is safely queued. A request superseded
+before its answer (with the id) was queued for sending cancels its job; a ``cancel``
+message also cancels the follow-ups being watched (one ``cancelled`` message each, with
+``job_id``); closing the socket cancels them too. A job the client polls for
+(``"followup": false``) is left to run.
+
+With API keys, the key (``Authorization``, ``X-API-Key`` or ``?api_key=``) is checked at
+the handshake; each request message is then charged to the key's rate limit (``429``-like
+``rate_limited`` error message) and checked against its caps (``key_limit_exceeded``).
 """
 
 from __future__ import annotations
@@ -35,9 +45,11 @@ from starlette.websockets import WebSocketDisconnect
 
 from rtgate.errors import RtgateError
 from rtgate.gate import DoneEvent, TokenEvent
+from rtgate.security.keys import KeyRecord, KeyStore
+from rtgate.server import jobs
 from rtgate.server.errors import ApiError, error_body
 from rtgate.server.schemas import WsRequest
-from rtgate.server.state import ServerState, get_state
+from rtgate.server.state import ServerState, api_key, get_state, key_store
 from rtgate.server.streams import answer_dict, dumps
 
 __all__ = ["Session", "router"]
@@ -54,19 +66,27 @@ async def ws_session(websocket: WebSocket) -> None:
         await websocket.close(1013)  # try again later
         return
     await websocket.accept()
-    await Session(websocket, st).run()
+    await Session(websocket, st, api_key(websocket), key_store(websocket)).run()
 
 
 class Session:
     """One client's requests, newest first; owns every task it starts."""
 
-    def __init__(self, websocket: WebSocket, st: ServerState) -> None:
+    def __init__(
+        self,
+        websocket: WebSocket,
+        st: ServerState,
+        key: KeyRecord | None = None,
+        keys: KeyStore | None = None,
+    ) -> None:
         self.ws = websocket
         self.st = st
+        self.key = key
+        self.keys = keys
         self.out: asyncio.Queue[str] = asyncio.Queue(st.config.server.ws_queue)
         self.latest = -1
         self.current: tuple[int, asyncio.Task[None]] | None = None
-        self.followups: set[asyncio.Task[None]] = set()
+        self.followups: dict[asyncio.Task[None], tuple[int, str]] = {}
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write())
@@ -83,7 +103,7 @@ class Session:
             pass  # the client went away, or the socket closed under us
         finally:
             await self._cancel_current(notify=False)
-            tasks = [writer, *self.followups]
+            tasks = [writer, *self.followups]  # a follow-up cancelled here cancels its job
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -95,8 +115,10 @@ class Session:
     async def send(self, obj: dict[str, Any]) -> None:
         await self.out.put(dumps(obj).decode())
 
-    async def _error(self, code: str, message: str, seq: int | None = None) -> None:
-        body: dict[str, Any] = {"type": "error", **error_body(400, code, message)}
+    async def _error(
+        self, code: str, message: str, seq: int | None = None, status: int = 400
+    ) -> None:
+        body: dict[str, Any] = {"type": "error", **error_body(status, code, message)}
         if seq is not None:
             body["seq"] = seq
         await self.send(body)
@@ -119,13 +141,22 @@ class Session:
         self.latest = msg.seq
         await self._cancel_current(notify=True)
         if msg.type == "cancel":
+            await self._cancel_followups()
             return
         if not msg.input:
             await self._error("invalid_request", "input must not be empty", msg.seq)
             return
+        if self.key is not None and self.keys is not None:
+            wait_s = self.keys.take(self.key)
+            if wait_s > 0:
+                text = f"too many requests for this API key; retry in {wait_s:.1f} s"
+                await self._error("rate_limited", text, msg.seq, status=429)
+                return
         try:
-            budget = self.st.budget_ms(None, msg.budget_ms)
-            req = self.st.request(msg.input, max_tokens=msg.max_tokens, delegate=msg.delegate)
+            budget = self.st.budget_ms(None, msg.budget_ms, self.key)
+            req = self.st.request(
+                msg.input, max_tokens=msg.max_tokens, delegate=msg.delegate, key=self.key
+            )
         except (ApiError, RtgateError) as e:
             code = getattr(e, "code", "invalid_request")
             await self._error(code, getattr(e, "message", str(e)), msg.seq)
@@ -146,8 +177,18 @@ class Session:
         if notify:
             await self.send({"type": "cancelled", "seq": seq})
 
+    async def _cancel_followups(self) -> None:
+        """Stop watching every follow-up and cancel their jobs (a ``cancel`` message)."""
+        watched = list(self.followups.items())
+        for task, _ in watched:
+            task.cancel()
+        await asyncio.gather(*(t for t, _ in watched), return_exceptions=True)
+        for _, (seq, job_id) in watched:
+            await self.send({"type": "cancelled", "seq": seq, "job_id": job_id})
+
     async def _serve(self, seq: int, req: Any, budget: float, stream: bool) -> None:
         gate = self.st.gate
+        unclaimed: str | None = None  # a job whose id has not been queued for the client
         try:
             async with contextlib.aclosing(gate.stream(req, budget)) as events:
                 async for ev in events:
@@ -156,25 +197,35 @@ class Session:
                             tok = {"type": "token", "seq": seq, "text": ev.text, "t_ms": ev.t_ms}
                             await self.send(tok)
                     elif isinstance(ev, DoneEvent):
-                        answer = {"type": "answer", "seq": seq, **answer_dict(ev.result)}
-                        job_id = ev.result.job_id
-                        if job_id is not None:
-                            answer["followup"] = self._watch(seq, job_id)
+                        unclaimed = ev.result.job_id
+                        result = await jobs.confirm_job(self.st, ev.result)
+                        unclaimed = result.job_id
+                        answer = {"type": "answer", "seq": seq, **answer_dict(result)}
+                        if result.job_id is not None:
+                            answer["followup"] = self._watch(seq, result.job_id)
                         await self.send(answer)
+                        unclaimed = None
         except Exception as e:
             log.exception("ws request failed")
             await self._error("internal_error", f"request failed: {type(e).__name__}", seq)
+        finally:
+            if unclaimed is not None:  # superseded, cancelled or closed before the id went
+                jobs.cancel(self.st, unclaimed)
 
     def _watch(self, seq: int, job_id: str) -> bool:
         if len(self.followups) >= self.st.config.server.ws_max_followups:
             return False
         task = asyncio.create_task(self._followup(seq, job_id))
-        self.followups.add(task)
-        task.add_done_callback(self.followups.discard)
+        self.followups[task] = (seq, job_id)
+        task.add_done_callback(lambda t: self.followups.pop(t, None))
         return True
 
     async def _followup(self, seq: int, job_id: str) -> None:
-        job = await self.st.gate.wait_job(job_id)
+        try:
+            job = await jobs.wait(self.st, job_id)
+        except asyncio.CancelledError:
+            jobs.cancel(self.st, job_id)  # the client cancelled or left: nobody will read it
+            raise
         stale = seq != self.latest
         await self.send({"type": "followup", "seq": seq, "stale": stale, "job": job.to_dict()})
 

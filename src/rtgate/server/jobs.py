@@ -1,0 +1,86 @@
+"""Delegated jobs as the server handles them: confirmed before their id is sent, found and
+awaited on any replica, cancelled when their client leaves.
+
+- **Confirm** (:func:`confirm_job`): with a broker queue (Redis, NATS) a job first waits
+  in this replica's outbox; an id sent before the job reached the broker could die with
+  the replica. So the id is sent only after ``await queue.enqueued(id)`` (one broker round
+  trip, after the in-budget answer is ready). The wait is bounded by what is left of the
+  budget (at least ``MIN_CONFIRM_S``): a broker that is slow or refuses means the answer
+  goes out without the id, the trace says why, and the job is cancelled.
+- **Find / wait** (:func:`find`, :func:`wait`): this replica's store first, else the
+  broker's record, so any replica answers ``GET /v1/jobs/{id}`` and follows a job
+  submitted elsewhere (:func:`rtgate.delegate.broker.find_job` / ``wait_job``).
+- **Cancel** (:func:`cancel`): a job whose client left before it could receive the id or
+  the follow-up is stopped: ``Gate.cancel_job`` in process, ``queue.cancel`` on a broker
+  (recorded there, so no worker starts it), the latter in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from rtgate.delegate.base import Job
+from rtgate.delegate.broker import BrokerQueue, find_job, wait_job
+from rtgate.errors import JobNotFound
+from rtgate.gate import GateResult
+from rtgate.server.state import ServerState
+
+__all__ = ["MIN_CONFIRM_S", "cancel", "confirm_job", "find", "wait"]
+
+log = logging.getLogger("rtgate.server")
+
+MIN_CONFIRM_S = 0.010
+"""The least time given to the broker to confirm a job, even when the budget is spent."""
+
+
+async def confirm_job(st: ServerState, result: GateResult) -> GateResult:
+    """``result``, its job id kept only once the job is on the broker (see the module
+    docstring). A no-op for the in-process queue or an answer without a job."""
+    job_id = result.job_id
+    queue = st.gate.queue
+    if job_id is None or not isinstance(queue, BrokerQueue):
+        return result
+    trace = result.trace
+    left_s = max(MIN_CONFIRM_S, (trace.budget_ms - trace.elapsed_ms) / 1000.0)
+    why = "refused by the broker"
+    try:
+        async with asyncio.timeout(left_s):
+            ok = await queue.enqueued(job_id)
+    except TimeoutError:
+        ok, why = False, f"not confirmed by the broker within {left_s * 1000:.0f} ms"
+        cancel(st, job_id)
+    if not ok:
+        job = st.gate.jobs.find(job_id)
+        detail = job.error if job is not None and job.error else why
+        note = f"delegation not confirmed: {detail}"
+        trace.degraded = f"{trace.degraded}; {note}" if trace.degraded else note
+        result.job_id = trace.job_id = None
+    return result
+
+
+async def find(st: ServerState, job_id: str) -> Job:
+    """The job, from this replica or the broker. Raises ``JobNotFound``."""
+    return await find_job(st.gate.queue, st.gate.jobs, job_id)
+
+
+async def wait(st: ServerState, job_id: str) -> Job:
+    """The finished job, wherever it was submitted. Raises ``JobNotFound``."""
+    return await wait_job(st.gate.queue, st.gate.jobs, job_id)
+
+
+def cancel(st: ServerState, job_id: str) -> None:
+    """Stop a job nobody will collect (see the module docstring); never raises."""
+    queue = st.gate.queue
+    if isinstance(queue, BrokerQueue):
+        st.spawn(_cancel_on_broker(queue, job_id), f"cancelling job {job_id}")
+        return
+    with contextlib.suppress(JobNotFound):
+        st.gate.cancel_job(job_id)
+
+
+async def _cancel_on_broker(queue: BrokerQueue, job_id: str) -> None:
+    with contextlib.suppress(JobNotFound):
+        if await queue.cancel(job_id):
+            log.debug("job %s cancelled: its client left", job_id)
