@@ -69,9 +69,9 @@ async def test_every_tier_hanging_still_answers_silently_in_budget() -> None:
     assert res.text == "正在为你生成建议…"
     assert res.trace.degraded == "no tier answered in budget"
     # cloud keeps only the template's p99 in reserve (cloud + local p99 > budget), so the
-    # local tier no longer fits once cloud is cut off; before going silent it still gets
-    # what is left, as a last resort
-    assert [a.outcome for a in res.trace.attempts] == ["cut_off", "skipped", "cut_off", "cut_off"]
+    # local tier no longer fits once cloud is cut off (nor as a last resort: its p99 is far
+    # beyond the few ms left)
+    assert [a.outcome for a in res.trace.attempts] == ["cut_off", "skipped", "cut_off"]
 
 
 async def test_slow_tier_is_skipped_and_delegated_answer_follows_on_same_stream() -> None:
@@ -425,6 +425,17 @@ async def test_a_stale_outlier_does_not_silence_a_fast_tier() -> None:
     assert res.route == "template"
     assert [a.outcome for a in res.trace.attempts] == ["skipped", "answered"]
     assert res.trace.attempts[-1].detail == "last resort"
+
+
+async def test_last_resort_never_spends_the_budget_on_a_slow_or_delegable_tier() -> None:
+    cloud = FakeTier("cloud", 80, ["deep"], ttft_ms=600, delegable=True)
+    local = FakeTier("local", 50, ["quick"], ttft_ms=60)
+    async with Gate([cloud, local], priors=priors(cloud=1800, local=1000)) as gate:
+        res = await gate.answer(Request("q", delegate=False), 150)
+    # cloud is delegable, local's p99 (1000) is beyond 4x the 148 ms left: silent at once
+    assert res.route == "silent"
+    assert [a.outcome for a in res.trace.attempts] == ["skipped", "skipped"]
+    assert res.trace.elapsed_ms < 5
 
 
 async def test_warmup_survives_a_broken_tier_and_reports_it() -> None:

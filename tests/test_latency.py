@@ -53,6 +53,12 @@ def test_cutoff_is_recorded_pessimistically() -> None:
     assert m.predict_ttft() == pytest.approx(100 * CENSORED_FACTOR, rel=0.02)
 
 
+def test_a_short_cutoff_never_lowers_the_prediction() -> None:
+    m = LatencyModel(Prior(1800, 1800))
+    m.observe_cutoff(100.0)
+    assert m.predict_ttft() == pytest.approx(1800, rel=0.02)
+
+
 def test_bad_window_refused() -> None:
     with pytest.raises(ValueError):
         WindowedQuantiles(window=1)

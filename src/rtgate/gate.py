@@ -68,6 +68,8 @@ class GateConfig:
         this often, and at once if it was never measured (0: never).
     inline_ms: tiers predicted faster than this are awaited in place; slower ones in a
         child task that a cut-off abandons without waiting for it to unwind.
+    last_resort_factor: before answering silently, try the cheapest skipped tier whose
+        p99 is within this factor of what is left (0: never).
     """
 
     safety_ms: float = 2.0
@@ -80,6 +82,7 @@ class GateConfig:
     placeholder: str = ""
     probe_interval_ms: float = 5_000.0
     inline_ms: float = 1.0
+    last_resort_factor: float = 4.0
 
 
 @dataclass(slots=True)
@@ -379,8 +382,8 @@ class Gate:
                 return
         # Silence is the worst answer: before giving it, try the cheapest tier that was
         # skipped only on its prediction (a stale outlier, a stall) with what is left.
-        last = self._last_resort(run)
-        if last is not None and budget.left_ms() > 2 * cfg.safety_ms:
+        last = self._last_resort(run, budget.left_ms() - cfg.safety_ms)
+        if last is not None:
             cutoff = budget.deadline - cfg.safety_ms / 1000.0
             async with contextlib.aclosing(
                 self._attempt(run, last, self.predict(last, scope), cutoff, None)
@@ -392,14 +395,20 @@ class Gate:
                 return
         trace.degraded = trace.degraded or "no tier answered in budget"
 
-    def _last_resort(self, run: _Run) -> Tier | None:
+    def _last_resort(self, run: _Run, room: float) -> Tier | None:
+        """The cheapest skipped tier worth a try with ``room`` ms: not delegable (that one
+        runs in the background anyway), not cold, and predicted within
+        ``last_resort_factor`` times the room (a stale outlier, not a slow tier)."""
+        factor = self.config.last_resort_factor
+        if factor <= 0 or room <= self.config.safety_ms:
+            return None
         skipped = {a.tier for a in run.trace.attempts if a.outcome == "skipped"}
         tried = {a.tier for a in run.trace.attempts if a.outcome != "skipped"}
         best: Tier | None = None
         for tier in self.tiers:
-            if tier.name in skipped and tier.name not in tried:
+            if tier.name in skipped and tier.name not in tried and not tier.delegable:
                 p = self.predict(tier, run.scope)
-                if p == math.inf:  # cold: never answered, stays "slow" until it has
+                if p == math.inf or p > factor * room:
                     continue
                 if best is None or p < self.predict(best, run.scope):
                     best = tier

@@ -24,6 +24,10 @@ _INF = math.inf
 CENSORED_FACTOR = 2.0
 
 
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else 0.0
+
+
 def _q(sketch: DDSketch, q: float) -> float:
     """The q-quantile by upper nearest rank: with few samples, p99 is the maximum (the
     conservative reading for a deadline), not the second largest."""
@@ -171,10 +175,12 @@ class LatencyModel:
 
         The true latency is unknown but larger; it is recorded pessimistically as
         ``CENSORED_FACTOR`` times the wait, so a tier that keeps missing its cut-off soon
-        predicts itself out of the budget instead of being tried and cut off forever.
+        predicts itself out of the budget instead of being tried and cut off forever. It
+        is never recorded below the current prediction.
         """
-        self.ttft.add(waited_ms * CENSORED_FACTOR)
-        self.total.add(waited_ms * CENSORED_FACTOR)
+        # A short wait says little: never let a cut-off lower the prediction.
+        self.ttft.add(max(waited_ms * CENSORED_FACTOR, _finite(self.predict_ttft())))
+        self.total.add(max(waited_ms * CENSORED_FACTOR, _finite(self.predict_total())))
 
     def predict_ttft(self, q: str = "p99") -> float:
         if self.ttft.count >= self.min_samples:
