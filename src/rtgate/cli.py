@@ -41,6 +41,8 @@ _PLUGINS: list[tuple[str, str, str]] = [
     ("rtgate.apps.autocomplete.intents_cli", "app", "intents"),
     ("rtgate.apps.guard.cli", "app", "guard"),
     ("rtgate.apps.guard.bench", "bench_app", "bench"),
+    ("rtgate.apps.autocomplete.cli", "app", "root"),
+    ("rtgate.apps.autocomplete.cli", "bench_app", "bench"),
 ]
 
 

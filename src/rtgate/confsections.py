@@ -67,6 +67,7 @@ class GateSection:
     max_hedge_rate: float = setting(_GC.max_hedge_rate, ge=0, le=1)
     probe_interval_ms: float = setting(_GC.probe_interval_ms, ge=0)
     inline_ms: float = setting(_GC.inline_ms, ge=0)
+    last_resort_factor: float = setting(_GC.last_resort_factor, ge=0)
     # the server's
     placeholder: str = "One moment, a fuller answer is on its way."
     placeholder_zh: str = "正在为你生成回答…"

@@ -71,6 +71,13 @@ def fake_gate(tiers: Sequence[Tier] | None = None, **p99: float) -> Gate:
     return Gate(tiers or chain(), priors=priors(**p99), config=GateConfig(placeholder="one moment"))
 
 
+def server_only_config() -> Config:
+    """Defaults, without the installed apps' routers (they have their own suites)."""
+    config = Config()
+    config.server.discover_routers = False
+    return config
+
+
 @asynccontextmanager
 async def running(
     gate: Gate | None = None,
@@ -80,7 +87,9 @@ async def running(
     **kwargs: Any,
 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     """An app over ``gate`` with its lifespan running, and an httpx client bound to it."""
-    app = create_app(config or Config(), gate=gate or fake_gate(), warmup=False, **kwargs)
+    if config is None:
+        config = server_only_config()
+    app = create_app(config, gate=gate or fake_gate(), warmup=False, **kwargs)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
         async with httpx.AsyncClient(transport=transport, base_url="http://rtgate") as client:

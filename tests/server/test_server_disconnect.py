@@ -9,9 +9,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from server_helpers import AsgiCall, SignalTier, fake_gate
+from server_helpers import AsgiCall, SignalTier, fake_gate, server_only_config
 
-from rtgate.config import Config
 from rtgate.gate import Gate
 from rtgate.server import create_app
 from rtgate.tiers.fake import FakeTier
@@ -47,7 +46,7 @@ def hanging_gate() -> tuple[Gate, SignalTier]:
 )
 async def test_disconnect_cancels_the_tier(path: str, body: dict[str, object]) -> None:
     gate, slow = hanging_gate()
-    app = create_app(Config(), gate=gate, warmup=False)
+    app = create_app(server_only_config(), gate=gate, warmup=False)
     async with app.router.lifespan_context(app):
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -65,7 +64,7 @@ async def test_disconnect_cancels_the_tier(path: str, body: dict[str, object]) -
 
 async def test_streamed_answer_unaffected_when_the_client_stays() -> None:
     gate = fake_gate([FakeTier("local", 50, ["a", "b"], tpot_ms=5)], local=10.0)
-    app = create_app(Config(), gate=gate, warmup=False)
+    app = create_app(server_only_config(), gate=gate, warmup=False)
     async with app.router.lifespan_context(app):
         call = AsgiCall(app, "/v1/gate", {"input": "hi", "stream": True})
         await call.start()

@@ -7,10 +7,9 @@ import json
 from typing import Any
 
 import pytest
-from server_helpers import AsgiCall, SignalTier, fake_gate, parse_sse, running
+from server_helpers import AsgiCall, SignalTier, fake_gate, parse_sse, running, server_only_config
 from starlette.testclient import TestClient
 
-from rtgate.config import Config
 from rtgate.gate import Gate
 from rtgate.server import create_app
 from rtgate.tiers.fake import FakeTier
@@ -31,7 +30,7 @@ def done_event(body: bytes) -> dict[str, Any]:
 @pytest.mark.looptime
 async def test_leaving_an_sse_follow_up_cancels_the_job() -> None:
     gate, cloud = hanging_cloud_gate()
-    app = create_app(Config(), gate=gate, warmup=False)
+    app = create_app(server_only_config(), gate=gate, warmup=False)
     async with app.router.lifespan_context(app):
         call = AsgiCall(app, "/v1/gate", {"input": "hi", "budget_ms": 100, "stream": True})
         task = call.start()
@@ -63,7 +62,7 @@ async def test_a_client_holding_the_id_keeps_the_job() -> None:
 
 def test_closing_the_socket_cancels_the_watched_follow_up() -> None:
     gate, cloud = hanging_cloud_gate()
-    app = create_app(Config(), gate=gate, warmup=False)
+    app = create_app(server_only_config(), gate=gate, warmup=False)
     with TestClient(app) as client:
         with client.websocket_connect("/v1/ws") as ws:
             ws.send_json({"seq": 1, "input": "hi", "budget_ms": 100, "stream": False})
@@ -77,7 +76,7 @@ def test_closing_the_socket_cancels_the_watched_follow_up() -> None:
 
 def test_a_cancel_message_cancels_the_follow_ups() -> None:
     gate, cloud = hanging_cloud_gate()
-    app = create_app(Config(), gate=gate, warmup=False)
+    app = create_app(server_only_config(), gate=gate, warmup=False)
     with TestClient(app) as client, client.websocket_connect("/v1/ws") as ws:
         ws.send_json({"seq": 1, "input": "hi", "budget_ms": 100, "stream": False})
         answer = ws.receive_json()

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from server_helpers import SignalTier, fake_gate
+from server_helpers import SignalTier, fake_gate, server_only_config
 from starlette.testclient import TestClient, WebSocketTestSession
 
 from rtgate.budget import Budget
@@ -40,7 +40,7 @@ class HeldTier(Tier):
 
 @contextmanager
 def session(gate: Gate, config: Config | None = None) -> Iterator[WebSocketTestSession]:
-    app = create_app(config or Config(), gate=gate, warmup=False)
+    app = create_app(config or server_only_config(), gate=gate, warmup=False)
     with TestClient(app) as client, client.websocket_connect("/v1/ws") as ws:
         yield ws
 

@@ -18,3 +18,29 @@ def test_bench_runs_stations_in_real_time_through_mosquitto() -> None:
     assert 0 < res["real_time_factor"] < 1
     for key in ("infer_batch_ms", "infer_single_stream_us", "onset_to_stop_ms", "stop_to_order_ms"):
         assert res[key]["p50"] is not None, key
+
+
+def test_realtime_broker_serves_stops_and_stops_on_exit() -> None:
+    import socket
+    import uuid
+
+    from rtgate.apps.guard.events import StopMessage
+    from rtgate.apps.guard.mqtt import Broker, StopPublisher
+    from rtgate.apps.guard.rtbroker import realtime_broker
+    from rtgate.errors import ConfigError
+
+    try:
+        cm = realtime_broker(10)
+        url = cm.__enter__()
+    except ConfigError as e:
+        pytest.skip(str(e))
+    try:
+        pub = StopPublisher(Broker.parse(url), f"t-{uuid.uuid4().hex[:8]}")
+        assert pub.start(wait_s=5.0)
+        pub.publish("t/stop", StopMessage("C", 1.0, 0.0, 0.0, "r"))
+        assert pub.wait_delivered(5.0) and pub.failsafe_runs == 0
+        pub.close()
+    finally:
+        cm.__exit__(None, None, None)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", Broker.parse(url).port), 0.5).close()

@@ -48,6 +48,22 @@ def test_threshold_is_inclusive_and_defaults_to_092() -> None:
     assert _feed(eng2, [0.9199, 0.9199, 0.9199]) == []
 
 
+def test_one_very_high_window_stops_at_once() -> None:
+    eng = RuleEngine(Rules(), ["A"])
+    assert Rules().default.instant == 0.995
+    out = eng.feed([0.995], 0.02)
+    assert [(d.instant, d.rule.describe(d.instant)) for d in out] == [
+        (True, "default: score>=0.995 in 1 window")
+    ]
+    strict = RuleEngine(Rules(Rule(threshold=0.999, k=2, n=3)), ["A"])  # never below threshold
+    assert _feed(strict, [0.998, 0.1]) == [] and Rule(threshold=0.999).instant_at == 0.999
+    off = RuleEngine(Rules(Rule(instant=0)), ["A"])
+    assert _feed(off, [0.999, 0.1, 0.1]) == []
+    # k of n reached on the same window: reported as k of n
+    eng2 = RuleEngine(Rules(), ["A"])
+    assert [d.instant for d in eng2.feed([0.95], 0.02) + eng2.feed([0.999], 0.04)] == [False]
+
+
 def test_cool_down_on_a_fake_clock() -> None:
     eng = RuleEngine(Rules(Rule(k=1, n=1, cooldown_s=0.5)), ["A"])
     times = [0.0, 0.1, 0.49, 0.5, 0.6, 1.2]
@@ -93,6 +109,8 @@ def test_rules_file_with_per_station_overrides(tmp_path: Path) -> None:
     "text",
     [
         "threshold = 1.5",
+        "instant = -0.1",
+        "instant = 1.2",
         "k = 4\nn = 3",
         "n = 0",
         "cooldown_s = -1",

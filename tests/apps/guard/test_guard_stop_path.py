@@ -134,7 +134,10 @@ def test_fault_stop_reaches_mqtt_before_the_work_order(
     assert set(msg) == {"station", "score", "ts", "window_end_ts", "rule"}
     assert msg["station"] == "C" and msg["score"] >= 0.92
     assert msg["window_end_ts"] <= msg["ts"] <= received_at
-    assert msg["rule"] == "default: score>=0.92 in 2 of 3 windows"
+    assert msg["rule"] in (
+        "default: score>=0.92 in 2 of 3 windows",
+        "default: score>=0.995 in 1 window",
+    )
     order = orders[0]
     assert order.created_ts > received_at
     assert order.stop_ts == msg["ts"] and order.explainer == "gated"

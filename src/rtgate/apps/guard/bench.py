@@ -20,6 +20,7 @@ import os
 import tempfile
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,6 +34,7 @@ from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
 from rtgate.apps.guard.mqtt import Broker, StopPublisher
 from rtgate.apps.guard.pipeline import Guard
 from rtgate.apps.guard.rt import realtime
+from rtgate.apps.guard.rtbroker import realtime_broker
 from rtgate.apps.guard.rules import Rule, Rules
 from rtgate.apps.guard.simulate import make_set
 
@@ -112,11 +114,14 @@ def run(
     model: Path | None = None,
     db: Path | None = None,
     rt_priority: int = 0,
+    record: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark; return the metrics (see the module doc).
 
     ``rt_priority > 0`` runs the stop path and the MQTT threads at that ``SCHED_FIFO``
-    priority (the explainer's process stays at normal priority).
+    priority (the explainer's process stays at normal priority). ``record``, when given, is
+    filled with the raw run for plots: ``t0`` (UNIX time of audio start), ``names``,
+    ``onsets_s``, ``severity_db``, ``scores`` (ticks x stations), ``receipts`` and ``orders``.
     """
     from rtgate.apps.guard.explain_proc import ExplainConfig, ExplainProcess
     from rtgate.apps.guard.store import WorkOrderStore
@@ -143,6 +148,7 @@ def run(
     infer_ms: list[float] = []
     tick_ms: list[float] = []
     late_ms: list[float] = []
+    trace: list[np.ndarray] = []
     sub = _Subscriber(b, f"rtgate/bench/{run_id}/+/stop", rt_priority)
     with realtime(rt_priority) as rt_on:  # before the MQTT threads start
         pub = StopPublisher(b, f"bench-pub-{run_id}")
@@ -170,6 +176,8 @@ def run(
             guard.process(frame, due)
             tick_ms.append((time.perf_counter() - c0) * 1000)
             infer_ms.append(guard.infer_s * 1000)
+            if record is not None:
+                trace.append(guard.last_scores.copy())
         pub.wait_delivered(5.0)
         time.sleep(0.2)  # let the last receipts arrive
     worker.stop(timeout_s=60.0)
@@ -196,6 +204,16 @@ def run(
     faulty = int(np.isfinite(onsets).sum())
     orders = WorkOrderStore(db_path).list(limit=1_000_000)
     order_ms = [(o.created_ts - o.stop_ts) * 1000 for o in orders]
+    if record is not None:
+        record.update(
+            t0=t0,
+            names=names,
+            onsets_s=onsets.tolist(),
+            severity_db=[c.severity_db if c.fault is not None else None for c in clips],
+            scores=np.array(trace),
+            receipts=sub.got,
+            orders=orders,
+        )
     per_window_us = [1000 * t / streams for t in infer_ms]
     audio_s = n_win * HOP / RATE
     single = _single_stream_us(model)
@@ -251,17 +269,29 @@ def guard_cmd(
     broker: Annotated[str, typer.Option(help="mqtt://HOST:PORT")] = "mqtt://127.0.0.1:1883",
     seed: int = 7,
     rt_priority: Annotated[int, typer.Option(help="SCHED_FIFO priority of the stop path")] = 0,
+    rt_broker: Annotated[
+        bool,
+        typer.Option(
+            "--rt-broker", help="use a private mosquitto at --rt-priority instead of --broker"
+        ),
+    ] = False,
 ) -> None:
     """Many stations at once through the local Mosquitto."""
-    res = run(
-        streams,
-        seconds,
-        llm_inline=llm_inline,
-        llm=llm,
-        broker=broker,
-        seed=seed,
-        rt_priority=rt_priority,
-    )
+    with ExitStack() as stack:
+        if rt_broker:
+            if rt_priority <= 0:
+                raise typer.BadParameter("--rt-broker needs --rt-priority > 0")
+            broker = stack.enter_context(realtime_broker(rt_priority))
+        res = run(
+            streams,
+            seconds,
+            llm_inline=llm_inline,
+            llm=llm,
+            broker=broker,
+            seed=seed,
+            rt_priority=rt_priority,
+        )
+    res["broker"] = "private, SCHED_FIFO" if rt_broker else broker
     table = Table("metric", "value")
     for k, v in res.items():
         table.add_row(k, json.dumps(v, ensure_ascii=False))

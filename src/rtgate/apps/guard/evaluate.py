@@ -83,13 +83,16 @@ def evaluate_clips(
     delays = [1000 * (first_stop[i] - onsets[i]) for i in faulty_clips if i in first_stop]
     pct = (lambda q: round(float(np.percentile(delays, q)), 1)) if delays else (lambda q: None)
     healthy_h = float(healthy.sum()) * HOP / RATE / 3600
+    rule = rules.default.describe()
+    if rules.default.instant:
+        rule += f", or score>={rules.default.instant_at:g} in 1 window"
     return {
         "clips": n,
         "faulty_clips": len(faulty_clips),
         "windows": int(keep.sum()),
         "window_auc": round(roc_auc(scores[keep], faulty[keep]), 5),
         "clip_auc": round(roc_auc(scores.max(1), np.isfinite(onsets)), 5),
-        "rule": rules.default.describe(),
+        "rule": rule,
         "false_stops": false_stops,
         "healthy_hours": round(healthy_h, 3),
         "false_stops_per_hour": round(false_stops / healthy_h, 2) if healthy_h else None,

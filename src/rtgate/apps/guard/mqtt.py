@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -129,6 +130,13 @@ class StopPublisher:
         self._lock = threading.Lock()
         self._unacked: dict[int, StopMessage] = {}
         self._early: set[int] = set()  # PUBACKs that beat publish() to recording the message
+        # PUBACK deadlines, oldest first (all share ack_timeout_s, so they come in order),
+        # watched by one thread: no thread is started per stop on the stop path. Entries
+        # leave after ack_timeout_s; the client's queue (max_queued) bounds the publishes.
+        self._due: deque[tuple[float, int, StopMessage]] = deque()
+        self._due_cv = threading.Condition()
+        self._watcher: threading.Thread | None = None
+        self._closing = False
         self.delivered = 0
         self.failsafe_runs = 0
         c = paho.Client(
@@ -180,6 +188,8 @@ class StopPublisher:
         """Connect in the background; wait up to ``wait_s`` for it. True when connected."""
         self._client.connect_async(self.broker.host, self.broker.port, keepalive=5)
         self._client.loop_start()
+        self._watcher = threading.Thread(target=self._watch_acks, name="guard-puback", daemon=True)
+        self._watcher.start()
         return self._connected.wait(wait_s)
 
     def publish(self, topic: str, msg: StopMessage) -> int:
@@ -199,16 +209,29 @@ class StopPublisher:
         elif not connected or info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN:
             self._run_failsafe(msg, "broker unreachable: stop queued for delivery")
         else:
-            t = threading.Timer(self.ack_timeout_s, self._check_ack, (info.mid, msg))
-            t.daemon = True
-            t.start()
+            with self._due_cv:
+                self._due.append((time.monotonic() + self.ack_timeout_s, int(info.mid), msg))
+                if len(self._due) == 1:  # the watcher was waiting for work, not a deadline
+                    self._due_cv.notify()
         return int(info.mid)
 
-    def _check_ack(self, mid: int, msg: StopMessage) -> None:
-        with self._lock:
-            late = mid in self._unacked
-        if late:
-            self._run_failsafe(msg, f"no PUBACK within {self.ack_timeout_s:g} s")
+    def _watch_acks(self) -> None:
+        """Run the fail-safe for each stop whose PUBACK is not in by its deadline."""
+        while True:
+            with self._due_cv:
+                while not self._due and not self._closing:
+                    self._due_cv.wait()
+                if self._closing:
+                    return
+                at, mid, msg = self._due[0]
+                if (wait := at - time.monotonic()) > 0:
+                    self._due_cv.wait(wait)
+                    continue
+                self._due.popleft()
+            with self._lock:
+                late = mid in self._unacked
+            if late:
+                self._run_failsafe(msg, f"no PUBACK within {self.ack_timeout_s:g} s")
 
     def _run_failsafe(self, msg: StopMessage, reason: str) -> None:
         self.failsafe_runs += 1
@@ -229,6 +252,11 @@ class StopPublisher:
         return self.pending == 0
 
     def close(self) -> None:
-        """Disconnect and stop paho's thread."""
+        """Disconnect and stop paho's thread and the PUBACK watcher."""
+        with self._due_cv:
+            self._closing = True
+            self._due_cv.notify()
         self._client.disconnect()
         self._client.loop_stop()
+        if self._watcher is not None:
+            self._watcher.join(1.0)

@@ -113,7 +113,8 @@ class Guard:
         stops = []
         for d in decisions:  # every stop of this tick is published before anything else
             now = self.clock()
-            msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, d.rule.describe())
+            rule = d.rule.describe(d.instant)
+            msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, rule)
             ev = StopEvent(msg, d.topic, d.index, np.zeros(0, np.float32), now)
             if self.before_publish is not None:  # the ablation: explain before the stop
                 self._keep(w, idx)

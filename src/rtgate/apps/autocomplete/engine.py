@@ -1,0 +1,356 @@
+"""The autocomplete engine: a typed prefix in, up to five suggestions out, within budget.
+
+Every request goes through the real :class:`~rtgate.gate.Gate`, with the tiers ranked by
+what a suggestion box prefers (the gate tries higher ranks first)::
+
+    template (curated, µs) > cache (an earlier model or cloud answer) > local (classifier,
+    then the local model when it fits) > cloud (delegable; never fits 150 ms)
+
+Nothing answers a complex or unknown long ask inline, so the gate skips the cloud, answers
+silently and delegates the ask to the cloud in the background: the engine turns that into
+route ``cloud_async`` with a placeholder suggestion, and the cloud's suggestions later
+(:meth:`AutocompleteEngine.followup`; they are also cached for the next user who types
+the same prefix). The cloud is a model wrapped in the ``CLOUD_70B`` latency profile, a
+named emulation.
+
+Modes: ``emulated`` ranks with a bigram scorer behind the ``LOCAL_8B`` profile (no model
+is loaded); ``real`` loads the packaged Gemma 3 270M GGUF twice (local ranking, and the
+cloud's ranking behind the emulated latency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+from rtgate.apps.autocomplete.domain import INTENTS, load_corpus, load_templates
+from rtgate.apps.autocomplete.pool import CandidatePool, Suggestion, units
+from rtgate.apps.autocomplete.scoring import EmulatedScorer, LlamaScorer, Scorer
+from rtgate.apps.autocomplete.tiers import (
+    BackgroundOnly,
+    CloudSuggestTier,
+    LocalSuggestTier,
+    Reader,
+    TemplateSuggestTier,
+)
+from rtgate.budget import Budget
+from rtgate.delegate.inprocess import InProcessQueue
+from rtgate.emulate import CLOUD_70B, EmulatedLatency
+from rtgate.errors import InvalidBudget, InvalidRequest, JobNotFound
+from rtgate.gate import Gate, GateConfig
+from rtgate.tiers.base import Request, Tier
+from rtgate.tiers.cache import CacheTier, ExactCache
+from rtgate.tiers.classifier import IntentClassifier
+from rtgate.tiers.intents import Example
+from rtgate.tiers.textnorm import lang_of
+
+__all__ = [
+    "MAX_PREFIX_CHARS",
+    "PLACEHOLDER",
+    "ROUTES",
+    "AutocompleteEngine",
+    "CompleteResult",
+    "EngineConfig",
+    "Mode",
+    "at_boundary",
+    "build_reader",
+    "check_budget",
+    "check_prefix",
+]
+
+Mode = Literal["emulated", "real"]
+MAX_PREFIX_CHARS = 256
+MIN_BUDGET_MS, MAX_BUDGET_MS = 5.0, 10_000.0
+PLACEHOLDER = {"zh": "正在为你生成建议…", "en": "Finding suggestions…"}
+ROUTES = ("template", "cache", "local", "cloud_async", "silent")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """How to build an engine. ``cloud_min_units``: shorter prefixes never go to the cloud
+    (characters for Chinese, words for English); nor does an English prefix that ends
+    inside a word (:func:`at_boundary`)."""
+
+    mode: Mode = "emulated"
+    templates: bool = True
+    model: str = "gemma3-270m"
+    cloud_min_units: int = 6
+    refine_queue: int = 32
+    cloud_workers: int = 16
+    cloud_queue: int = 128
+    seed: int = 0
+    local: dict[str, Any] = field(default_factory=dict)  # LocalSuggestTier keyword args
+
+
+@dataclass(slots=True)
+class CompleteResult:
+    """The answer to one prefix, in the shape of ``POST /v1/complete``."""
+
+    prefix: str
+    candidates: list[Suggestion]
+    route: str
+    elapsed_ms: float
+    job_id: str | None = None
+    trace: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "candidates": [c.to_dict() for c in self.candidates],
+            "route": self.route,
+            "elapsed_ms": round(self.elapsed_ms, 3),
+        }
+        if self.job_id is not None:
+            out["job_id"] = self.job_id
+        out["trace"] = self.trace
+        return out
+
+
+def check_prefix(prefix: Any) -> str:
+    """The prefix, or ``InvalidRequest`` saying what is wrong with it."""
+    if not isinstance(prefix, str):
+        raise InvalidRequest(f"prefix must be a string, got {type(prefix).__name__}")
+    if len(prefix) > MAX_PREFIX_CHARS:
+        raise InvalidRequest(f"prefix is {len(prefix)} characters; at most {MAX_PREFIX_CHARS}")
+    if "\x00" in prefix:
+        raise InvalidRequest("prefix must not contain NUL characters")
+    return prefix
+
+
+def build_reader(examples: Sequence[Example] | None = None) -> Reader:
+    """The classifier (trained now, ~1-2 s) and the candidate pool of the domain."""
+    rows = list(examples) if examples is not None else load_corpus()
+    table = load_templates()
+    extra = [(c.text, c.intent) for t in table.templates for c in t.candidates]
+    classifier = IntentClassifier.train(rows, ngram=(1, 4), c=0.3, prefix_weight=0.3)
+    return Reader(classifier, CandidatePool(rows, extra))
+
+
+def at_boundary(text: str) -> bool:
+    """Worth a cloud call: Chinese arrives in IME commits (whole words); English only once
+    a word is finished (a space or punctuation), not on every keystroke inside it."""
+    return lang_of(text) == "zh" or not text[-1:].isalnum()
+
+
+def check_budget(budget_ms: Any) -> float:
+    if isinstance(budget_ms, bool) or not isinstance(budget_ms, int | float):
+        raise InvalidBudget(f"budget_ms must be a number, got {type(budget_ms).__name__}")
+    if not MIN_BUDGET_MS <= budget_ms <= MAX_BUDGET_MS:
+        raise InvalidBudget(f"budget_ms must be in [{MIN_BUDGET_MS:g}, {MAX_BUDGET_MS:g}]")
+    return float(budget_ms)
+
+
+class AutocompleteEngine:
+    """Suggestions for typed prefixes (see the module docstring). An async context manager:
+    it owns the gate, the cloud watchers and the background refinement worker."""
+
+    def __init__(
+        self,
+        gate: Gate,
+        *,
+        local: LocalSuggestTier,
+        cache: CacheTier,
+        reader: Reader,
+        config: EngineConfig | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        self.gate = gate
+        self.local = local
+        self.cache = cache
+        self.reader = reader
+        self.config = config or EngineConfig()
+        self.labels = labels or {}
+        self._refine: asyncio.Queue[str] = asyncio.Queue(self.config.refine_queue)
+        self._refining: set[str] = set()
+        self.refine_dropped = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._worker: asyncio.Task[None] | None = None
+        local.on_skip = self._queue_refine
+
+    # -- building ----------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        config: EngineConfig | None = None,
+        *,
+        examples: Sequence[Example] | None = None,
+        local_scorer: Scorer | None = None,
+        cloud: Tier | None = None,
+        reader: Reader | None = None,
+    ) -> AutocompleteEngine:
+        """An engine on the shipped domain (or ``examples``, e.g. a training split).
+
+        ``local_scorer``, ``cloud`` and a prebuilt ``reader`` (see :func:`build_reader`)
+        replace what ``config.mode`` and ``examples`` would build (tests share one).
+        """
+        cfg = config or EngineConfig()
+        table = load_templates()
+        reader = reader or build_reader(examples)
+        cloud_scorer: Scorer | None = None
+        labels: dict[str, str] = {}
+        if local_scorer is None:
+            if cfg.mode == "real":
+                from rtgate.backends.llamacpp import LlamaCppBackend
+
+                local_scorer = LlamaScorer(
+                    LlamaCppBackend(cfg.model, n_ctx=512, n_threads=1, queue_size=4)
+                )
+                cloud_scorer = LlamaScorer(
+                    LlamaCppBackend(cfg.model, n_ctx=512, n_threads=1, queue_size=8)
+                )
+            else:
+                local_scorer = EmulatedScorer(seed=cfg.seed)
+        local = LocalSuggestTier(reader, local_scorer, **cfg.local)
+        if cloud is None:
+            inner = CloudSuggestTier(reader, cloud_scorer)
+            seed = cfg.seed
+            cloud = BackgroundOnly(
+                EmulatedLatency(inner, CLOUD_70B, name="cloud", delegable=True, seed=seed)
+            )
+        labels["local"] = local_scorer.label
+        labels["cloud"] = getattr(cloud, "label", cloud.name)
+        cache = CacheTier(ExactCache(max_entries=8192), name="cache", quality=30)
+        tiers: list[Tier] = [cache, local, cloud]
+        if cfg.templates:
+            tiers.append(TemplateSuggestTier(table, reader))
+        gate = Gate(
+            tiers,
+            config=GateConfig(placeholder="", followup_budget_ms=10_000.0),
+            queue=InProcessQueue(maxsize=cfg.cloud_queue, workers=cfg.cloud_workers),
+        )
+        return cls(gate, local=local, cache=cache, reader=reader, config=cfg, labels=labels)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> AutocompleteEngine:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        await self.gate.start()
+        scorer = self.local.scorer
+        warm = getattr(scorer, "warmup", None)
+        if warm is not None:
+            await warm()
+        if isinstance(scorer, LlamaScorer):  # learn what one ranking takes on this CPU
+            for probe in ("我想把钱", "how do i", "我的卡"):
+                with contextlib.suppress(Exception):
+                    reading, found = self.local.read(probe)
+                    await self.local.rerank(probe, reading, found, Budget(30_000.0))
+        if self._worker is None:
+            self._worker = asyncio.create_task(self._refine_worker(), name="ac-refine")
+
+    async def aclose(self) -> None:
+        tasks = [*self._tasks, *([self._worker] if self._worker else [])]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._worker = None
+        await self.gate.aclose()  # closes every tier, the local scorer's model included
+        if self.local.scorer is not None:
+            await self.local.scorer.aclose()
+
+    # -- serving -----------------------------------------------------------------------
+
+    async def complete(self, prefix: Any, budget_ms: Any = 150.0) -> CompleteResult:
+        """Suggestions for ``prefix`` within ``budget_ms``; ``InvalidRequest`` on bad input."""
+        text = check_prefix(prefix)
+        budget = check_budget(budget_ms)
+        t0 = time.perf_counter()
+        if not text.strip():
+            return CompleteResult(text, [], "silent", (time.perf_counter() - t0) * 1000.0)
+        delegate = units(text) >= self.config.cloud_min_units and at_boundary(text)
+        res = await self.gate.answer(Request(input=text, delegate=delegate), budget)
+        data = res.data[0] if res.data else {}
+        candidates = [Suggestion.from_dict(c) for c in data.get("candidates", [])]
+        route = res.route
+        if route == "cache":
+            candidates = [Suggestion(c.text, c.intent, "cache") for c in candidates]
+        elif route == "silent" and res.job_id is not None:
+            route = "cloud_async"
+            candidates = [Suggestion(PLACEHOLDER[lang_of(text)], "complex", "cloud")]
+            self._spawn(self._remember(res.job_id, text))
+        elif route == "local" and data.get("model"):
+            await self.cache.put(text, res.text, data)
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        return CompleteResult(text, candidates, route, elapsed, res.job_id, res.trace.to_dict())
+
+    async def followup(self, job_id: str) -> CompleteResult:
+        """The cloud's suggestions for a ``cloud_async`` answer (waits for the job).
+
+        Route ``cloud`` when it succeeded, ``silent`` with no candidates when it failed
+        or was cancelled; ``JobNotFound`` for an unknown id."""
+        job = await self.gate.wait_job(job_id)
+        prefix = getattr(job.request, "input", "")
+        found = job.data[0].get("candidates", []) if job.status == "done" and job.data else []
+        cands = [Suggestion.from_dict(c, "cloud") for c in found]
+        trace = {"job": job.to_dict()}
+        return CompleteResult(prefix, cands, "cloud" if cands else "silent",
+                              job.elapsed_ms or 0.0, job_id, trace)  # fmt: skip
+
+    def cancel(self, job_id: str) -> bool:
+        """Stop a cloud job nobody waits for any more (a newer prefix arrived)."""
+        try:
+            return self.gate.cancel_job(job_id)
+        except JobNotFound:
+            return False
+
+    # -- background work ---------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _remember(self, job_id: str, prefix: str) -> None:
+        """Cache the cloud's answer so the next user typing ``prefix`` gets it at once."""
+        job = await self.gate.wait_job(job_id)
+        if job.status == "done" and job.data:
+            await self.cache.put(prefix, job.text, dict(job.data[0]))
+
+    def _queue_refine(self, prefix: str) -> None:
+        """Policy when full: drop the newcomer (it is still answered by the classifier)."""
+        if prefix in self._refining:
+            return
+        try:
+            self._refine.put_nowait(prefix)
+            self._refining.add(prefix)
+        except asyncio.QueueFull:
+            self.refine_dropped += 1
+
+    async def _refine_worker(self) -> None:
+        """Rank prefixes the model could not rank in time, off the request path; the next
+        request for the same prefix is a cache hit with the model's order."""
+        while True:
+            prefix = await self._refine.get()
+            try:
+                if await self.cache.lookup(prefix) is None:
+                    reading, found = self.local.read(prefix)
+                    ranked = await self.local.rerank(prefix, reading, found, Budget(10_000.0))
+                    data = {"candidates": [s.to_dict() for s in ranked], "model": True}
+                    await self.cache.put(prefix, ranked[0].text, data)
+            except Exception:  # a failed refinement only loses an optimisation
+                pass
+            finally:
+                self._refining.discard(prefix)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Gate metrics plus the engine's own counters."""
+        return {
+            "gate": self.gate.snapshot(),
+            "labels": self.labels,
+            "intents": list(INTENTS),
+            "local_model_calls": self.local.model_calls,
+            "local_model_timeouts": self.local.model_timeouts,
+            "refine_dropped": self.refine_dropped,
+        }

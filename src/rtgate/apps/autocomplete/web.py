@@ -1,0 +1,204 @@
+"""HTTP and WebSocket API of the autocomplete, and its page.
+
+``router`` (a FastAPI ``APIRouter`` with its own lifespan, which builds and closes the
+engine) serves:
+
+- ``POST /v1/complete`` ``{"prefix", "budget_ms": 150}`` → ``{"candidates", "route",
+  "elapsed_ms", "job_id"?, "trace"}``; bad input is a 400/413/422 JSON error.
+- ``GET /v1/complete/jobs/{job_id}``: the cloud's suggestions once they are ready.
+- ``WS /v1/complete/ws``: ``{"seq", "prefix", "budget_ms"?}`` in; replies carry ``seq``
+  (``{"type": "suggestions", ...}``). A newer prefix cancels the older cloud job; a late
+  cloud answer (``{"type": "followup", ...}``) is pushed only if its prefix is still the
+  latest one received.
+- ``GET /``: the page (``static/index.html``, its script and style, no CDN).
+
+Mount with ``create_app(config, extra_routers=[router])`` or
+``[server] routers = ["rtgate.apps.autocomplete.web:router"]``. The engine's mode comes
+from ``$RTGATE_AUTOCOMPLETE_MODE`` (``emulated`` by default, or ``real``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import FileResponse, JSONResponse, Response
+
+from rtgate.apps.autocomplete.engine import (
+    MAX_PREFIX_CHARS,
+    AutocompleteEngine,
+    EngineConfig,
+    check_budget,
+    check_prefix,
+)
+from rtgate.errors import InvalidRequest, JobNotFound
+
+__all__ = ["STATIC", "make_router", "router"]
+
+STATIC = Path(__file__).parent / "static"
+MAX_MESSAGE_BYTES = 4 * MAX_PREFIX_CHARS + 256
+_FILES = {"app.js": "text/javascript", "style.css": "text/css"}
+EngineFactory = Callable[[], AutocompleteEngine]
+
+
+def _default_engine() -> AutocompleteEngine:
+    mode = os.environ.get("RTGATE_AUTOCOMPLETE_MODE", "emulated")
+    return AutocompleteEngine.build(EngineConfig(mode="real" if mode == "real" else "emulated"))
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def make_router(factory: EngineFactory = _default_engine) -> APIRouter:
+    """A router whose lifespan builds an engine with ``factory`` (tests pass their own)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = factory()
+        async with engine:
+            app.state.autocomplete = engine
+            try:
+                yield
+            finally:
+                app.state.autocomplete = None
+
+    r = APIRouter(lifespan=lifespan, tags=["autocomplete"])
+
+    @r.post("/v1/complete", summary="Suggestions for a typed prefix within a budget")
+    async def complete(request: Request) -> Response:
+        body = await request.body()
+        if len(body) > MAX_MESSAGE_BYTES:
+            return _error(413, "body_too_large", f"body over {MAX_MESSAGE_BYTES} bytes")
+        try:
+            data = json.loads(body or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "invalid_json", "the body must be a JSON object")
+        if not isinstance(data, dict) or "prefix" not in data:
+            return _error(422, "invalid_request", 'expected {"prefix": str, "budget_ms": number}')
+        engine: AutocompleteEngine = request.app.state.autocomplete
+        try:
+            res = await engine.complete(data["prefix"], data.get("budget_ms", 150.0))
+        except InvalidRequest as e:
+            return _error(422, e.code, str(e))
+        return JSONResponse(res.to_dict())
+
+    @r.get("/v1/complete/jobs/{job_id}", summary="The cloud's suggestions for a job")
+    async def job(job_id: str, request: Request) -> Response:
+        engine: AutocompleteEngine = request.app.state.autocomplete
+        try:
+            found = engine.gate.jobs.get(job_id)
+        except JobNotFound:
+            return _error(404, "job_not_found", f"no job {job_id!r}")
+        if found.status in ("queued", "running"):
+            return JSONResponse({"job_id": job_id, "status": found.status}, status_code=202)
+        res = await engine.followup(job_id)
+        return JSONResponse({"status": found.status, **res.to_dict()})
+
+    @r.websocket("/v1/complete/ws")
+    async def ws(socket: WebSocket) -> None:
+        await socket.accept()
+        await _Session(socket, socket.app.state.autocomplete).run()
+
+    @r.get("/", include_in_schema=False)
+    async def page() -> Response:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    @r.get("/autocomplete/{name}", include_in_schema=False)
+    async def static(name: str) -> Response:
+        if name not in _FILES:
+            return _error(404, "not_found", f"no file {name!r}")
+        return FileResponse(STATIC / name, media_type=_FILES[name])
+
+    return r
+
+
+class _Session:
+    """One socket: the latest prefix is answered; older inline work is cancelled and at
+    most one cloud job is alive (the latest prefix's)."""
+
+    def __init__(self, socket: WebSocket, engine: AutocompleteEngine) -> None:
+        self.socket = socket
+        self.engine = engine
+        self.latest = -1  # the newest seq received
+        self.job: str | None = None
+        self.watch: asyncio.Task[None] | None = None
+        self.inline: asyncio.Task[None] | None = None
+        self.send_lock = asyncio.Lock()
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        async with self.send_lock:
+            await self.socket.send_text(json.dumps(msg, ensure_ascii=False))
+
+    async def run(self) -> None:
+        try:
+            while True:
+                raw = await self.socket.receive_text()
+                await self.handle(raw)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            if self.inline is not None:
+                self.inline.cancel()
+            self.drop_job()
+
+    def drop_job(self) -> None:
+        if self.watch is not None:
+            self.watch.cancel()
+            self.watch = None
+        if self.job is not None:
+            self.engine.cancel(self.job)
+            self.job = None
+
+    async def handle(self, raw: str) -> None:
+        try:
+            if len(raw) > MAX_MESSAGE_BYTES:
+                raise InvalidRequest(f"message over {MAX_MESSAGE_BYTES} bytes")
+            msg = json.loads(raw)
+            if not isinstance(msg, dict):
+                raise InvalidRequest('expected {"seq": int, "prefix": str}')
+            seq = msg.get("seq")
+            if isinstance(seq, bool) or not isinstance(seq, int):
+                raise InvalidRequest("seq must be an integer")
+            prefix = check_prefix(msg.get("prefix"))
+            budget = check_budget(msg.get("budget_ms", 150.0))
+        except (InvalidRequest, json.JSONDecodeError) as e:
+            await self.send({"type": "error", "seq": None, "error": {"message": str(e)}})
+            return
+        if seq <= self.latest:
+            await self.send({"type": "stale", "seq": seq})
+            return
+        self.latest = seq
+        # a newer prefix: the older work, inline or in the cloud, is no longer wanted
+        if self.inline is not None:
+            self.inline.cancel()
+        self.drop_job()
+        self.inline = asyncio.create_task(self.answer(seq, prefix, budget))
+
+    async def answer(self, seq: int, prefix: str, budget: float) -> None:
+        res = await self.engine.complete(prefix, budget)
+        if seq != self.latest:
+            return  # a newer prefix arrived meanwhile: this answer is stale
+        await self.send({"type": "suggestions", "seq": seq, "prefix": prefix, **res.to_dict()})
+        if res.job_id is not None:
+            self.job = res.job_id
+            self.watch = asyncio.create_task(self.push_later(seq, res.job_id))
+
+    async def push_later(self, seq: int, job_id: str) -> None:
+        """Push the cloud's suggestions if ``seq`` is still the latest prefix."""
+        later = await self.engine.followup(job_id)
+        if seq == self.latest and later.candidates:
+            with contextlib.suppress(Exception):
+                await self.send({"type": "followup", "seq": seq, **later.to_dict()})
+        if self.job == job_id:
+            self.job = None
+
+
+router = make_router()

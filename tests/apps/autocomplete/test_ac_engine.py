@@ -1,0 +1,150 @@
+"""Routing through the real gate: template, local (classifier / model), cloud_async, cache."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+from ac_helpers import CLOUD_CANDIDATES, GatedCloud, engine_with
+
+from rtgate.apps.autocomplete.domain import INTENTS
+from rtgate.apps.autocomplete.engine import PLACEHOLDER, ROUTES, check_budget, check_prefix
+from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
+from rtgate.budget import Budget
+from rtgate.errors import InvalidRequest
+
+COMPLEX_ASK = (
+    "我下个月要去日本旅游两周，想临时提额到5万，同时把上个月那笔12000的消费分6期，"
+    "另外境外刷卡手续费能不能免掉"
+)
+
+
+def check_shape(d: dict[str, object]) -> None:
+    assert d["route"] in ROUTES
+    cands = d["candidates"]
+    assert isinstance(cands, list) and len(cands) <= 5
+    for c in cands:
+        assert set(c) == {"text", "intent", "source"} and c["intent"] in INTENTS
+
+
+async def test_template_hit(reader: Reader, gated: BackgroundOnly) -> None:
+    async with engine_with(reader, cloud=gated) as engine:
+        res = await engine.complete("我想把")
+    d = res.to_dict()
+    check_shape(d)
+    assert d["route"] == "template"
+    assert d["candidates"][0]["source"] == "template"
+    assert all(c["text"].startswith("我想把") for c in d["candidates"])
+    assert len({c["intent"] for c in d["candidates"][:3]}) == 3  # three intents up front
+    assert "job_id" not in d and d["trace"]["route"] == "template"
+
+
+async def test_local_route_without_template(reader: Reader, gated: BackgroundOnly) -> None:
+    async with engine_with(reader, cloud=gated) as engine:
+        res = await engine.complete("酒店押金预授权一直")
+    check_shape(res.to_dict())
+    assert res.route == "local"
+    assert res.candidates[0].intent == "dispute"
+    assert res.candidates[0].text.startswith("酒店押金预授权一直")
+
+
+async def test_complex_ask_goes_to_the_cloud_with_a_placeholder(
+    reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
+) -> None:
+    async with engine_with(reader, cloud=gated) as engine:
+        res = await engine.complete(COMPLEX_ASK)
+        assert res.route == "cloud_async" and res.job_id is not None
+        assert [c.to_dict() for c in res.candidates] == [
+            {"text": PLACEHOLDER["zh"], "intent": "complex", "source": "cloud"}
+        ]
+        job = engine.gate.jobs.get(res.job_id)
+        assert job.status in ("queued", "running")  # the answer did not wait for it
+        cloud.release.set()
+        later = await engine.followup(res.job_id)
+        assert later.route == "cloud"
+        assert [c.text for c in later.candidates] == [c["text"] for c in CLOUD_CANDIDATES]
+        await asyncio.sleep(0)  # let the engine's watcher cache the answer
+        again = await engine.complete(COMPLEX_ASK)
+    assert again.route == "cache"
+    assert [c.source for c in again.candidates] == ["cache", "cache"]
+    assert cloud.started == [COMPLEX_ASK]  # the second user did not touch the cloud
+
+
+async def test_short_or_empty_prefix_is_silent_and_never_delegated(
+    reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
+) -> None:
+    async with engine_with(reader, cloud=gated) as engine:
+        for prefix in ("", "  ", "我"):
+            res = await engine.complete(prefix)
+            assert res.route == "silent" and res.candidates == [] and res.job_id is None
+    assert cloud.started == []
+
+
+async def test_english_mid_word_is_not_sent_to_the_cloud(
+    reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
+) -> None:
+    ask = "if I only pay the minimum this month and the full bal"
+    async with engine_with(reader, cloud=gated) as engine:
+        mid = await engine.complete(ask)
+        end = await engine.complete(ask + "ance ")
+    assert mid.job_id is None
+    assert end.route == "cloud_async" and end.job_id is not None
+
+
+class FixedScorer:
+    """Prefers the last candidate it is shown; ``hang`` never answers (an event waits)."""
+
+    label = "fixed"
+
+    def __init__(self, hang: bool = False) -> None:
+        self.hang, self.calls = hang, 0
+        self.shown: list[str] = []
+
+    async def score(self, typed: str, candidates: Sequence[str], budget: Budget) -> list[float]:
+        self.calls += 1
+        self.shown = list(candidates)
+        if self.hang:
+            await asyncio.Event().wait()
+        return [0.0 if i == len(candidates) - 1 else -20.0 for i in range(len(candidates))]
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_local_model_reranks_an_ambiguous_prefix(
+    reader: Reader, gated: BackgroundOnly
+) -> None:
+    scorer = FixedScorer()  # "为什么" is ambiguous and matches no template
+    async with engine_with(reader, cloud=gated, local_scorer=scorer) as engine:
+        res = await engine.complete("为什么")
+        cached = await engine.complete("为什么")
+    assert scorer.calls == 1
+    assert res.route == "local" and res.candidates[0].source == "local"
+    assert res.candidates[0].text == scorer.shown[-1] != scorer.shown[0]
+    assert cached.route == "cache"  # the model's work is kept
+
+
+@pytest.mark.looptime
+async def test_a_hanging_model_is_cut_off_and_the_classifier_answers(
+    reader: Reader, gated: BackgroundOnly
+) -> None:
+    scorer = FixedScorer(hang=True)
+    async with engine_with(reader, cloud=gated, local_scorer=scorer) as engine:
+        res = await engine.complete("为什么", 150)
+        assert engine.local.model_timeouts == 1
+    assert res.route == "local" and res.candidates[0].source == "classifier"
+    assert res.trace["elapsed_ms"] <= 150.0
+
+
+def test_bad_input_is_refused_clearly() -> None:
+    with pytest.raises(InvalidRequest, match="string"):
+        check_prefix(42)
+    with pytest.raises(InvalidRequest, match="at most 256"):
+        check_prefix("x" * 257)
+    with pytest.raises(InvalidRequest, match="NUL"):
+        check_prefix("a\x00b")
+    for bad in (True, "150", 0, 1e9, float("nan")):
+        with pytest.raises(InvalidRequest):
+            check_budget(bad)
+    assert check_budget(150) == 150.0

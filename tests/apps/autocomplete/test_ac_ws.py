@@ -1,0 +1,126 @@
+"""The WebSocket session: replies carry seq, newer prefixes cancel older work, late cloud
+answers are pushed only while their prefix is the latest (events, no sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from ac_helpers import GatedCloud, engine_with
+from fastapi import WebSocketDisconnect
+
+from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
+from rtgate.apps.autocomplete.web import _Session
+
+COMPLEX_A = (
+    "我想把房子装修的10万分24期，但是额度只有6万，能先提额再分期吗，提额需要哪些材料，"
+    "分期手续费有没有优惠"
+)
+COMPLEX_B = (
+    "我在国外刷卡被拒了，回来发现卡被冻结了，还扣了一笔年费，我想解冻，退年费，"
+    "再问下境外交易怎么开通"
+)
+BAD = (
+    "not json",
+    "[1]",
+    json.dumps({"seq": "x", "prefix": "a"}),
+    json.dumps({"seq": 1, "prefix": 5}),
+    json.dumps({"seq": 1, "prefix": "x" * 300}),
+)
+
+
+class FakeSocket:
+    """What ``_Session`` needs of a WebSocket: messages in from a queue, out to a list."""
+
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        self.sent: list[dict[str, Any]] = []
+        self.arrived = asyncio.Event()
+
+    async def receive_text(self) -> str:
+        msg = await self.inbox.get()
+        if msg is None:
+            raise WebSocketDisconnect()
+        return msg
+
+    async def send_text(self, text: str) -> None:
+        self.sent.append(json.loads(text))
+        self.arrived.set()
+
+    async def next(self, kind: str, seq: int | None = None) -> dict[str, Any]:
+        """Wait for the first sent message of ``kind`` (and ``seq``) not yet consumed."""
+        while True:
+            for m in self.sent:
+                if m["type"] == kind and (seq is None or m["seq"] == seq) and not m.get("_seen"):
+                    m["_seen"] = True
+                    return m
+            self.arrived.clear()
+            await self.arrived.wait()
+
+    def put(self, seq: int, prefix: str) -> None:
+        self.inbox.put_nowait(json.dumps({"seq": seq, "prefix": prefix}))
+
+
+async def test_newer_prefix_cancels_the_older_cloud_job_and_only_the_latest_is_pushed(
+    reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
+) -> None:
+    async with engine_with(reader, cloud=gated) as engine:
+        sock = FakeSocket()
+        session = _Session(sock, engine)  # type: ignore[arg-type]
+        runner = asyncio.create_task(session.run())
+        sock.put(1, COMPLEX_A)
+        first = await sock.next("suggestions", 1)
+        assert first["route"] == "cloud_async" and first["seq"] == 1
+        sock.put(2, COMPLEX_B)
+        second = await sock.next("suggestions", 2)
+        assert second["route"] == "cloud_async" and second["job_id"] != first["job_id"]
+        job_a = await engine.gate.wait_job(first["job_id"])
+        assert job_a.status == "cancelled"  # the newer prefix cancelled the older work
+        sock.put(1, "我想把")  # an old seq arriving late is refused, not answered
+        stale = await sock.next("stale")
+        assert stale["seq"] == 1
+        cloud.release.set()
+        pushed = await sock.next("followup", 2)
+        assert pushed["route"] == "cloud" and pushed["candidates"][0]["source"] == "cloud"
+        sock.inbox.put_nowait(None)
+        await runner
+    assert not [m for m in sock.sent if m["type"] == "followup" and m["seq"] == 1]
+
+
+async def test_late_cloud_answer_is_dropped_when_the_user_typed_on(
+    reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
+) -> None:
+    async with engine_with(reader, cloud=gated) as engine:
+        sock = FakeSocket()
+        session = _Session(sock, engine)  # type: ignore[arg-type]
+        runner = asyncio.create_task(session.run())
+        sock.put(1, COMPLEX_A)
+        first = await sock.next("suggestions", 1)
+        sock.put(2, "我想把")
+        second = await sock.next("suggestions", 2)
+        assert second["route"] == "template" and "job_id" not in second
+        assert (await engine.gate.wait_job(first["job_id"])).status == "cancelled"
+        cloud.release.set()
+        sock.put(3, "我想把积")
+        await sock.next("suggestions", 3)
+        sock.inbox.put_nowait(None)
+        await runner
+    assert [m["type"] for m in sock.sent] == ["suggestions"] * 3
+
+
+async def test_bad_messages_get_an_error_and_the_session_goes_on(
+    reader: Reader, gated: BackgroundOnly
+) -> None:
+    async with engine_with(reader, cloud=gated) as engine:
+        sock = FakeSocket()
+        runner = asyncio.create_task(_Session(sock, engine).run())  # type: ignore[arg-type]
+        for bad in BAD:
+            sock.inbox.put_nowait(bad)
+            err = await sock.next("error")
+            assert err["error"]["message"]
+        sock.put(1, "我想把")
+        ok = await sock.next("suggestions", 1)
+        sock.inbox.put_nowait(None)
+        await runner
+    assert ok["route"] == "template"
