@@ -43,6 +43,8 @@ _PLUGINS: list[tuple[str, str, str]] = [
     ("rtgate.apps.guard.bench", "bench_app", "bench"),
     ("rtgate.apps.autocomplete.cli", "app", "root"),
     ("rtgate.apps.autocomplete.cli", "bench_app", "bench"),
+    ("rtgate.apps.voice.cli", "app", "voice"),
+    ("rtgate.apps.voice.cli", "bench_app", "bench"),
 ]
 
 

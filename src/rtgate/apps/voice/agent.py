@@ -1,0 +1,301 @@
+"""The agent: an acknowledgement the moment the turn ends, the local model's answer, and the
+big model's follow-up later.
+
+Three gates, one per kind of work; nothing before the first sound waits on the cloud:
+
+1. **ack** — ``ack_gate`` (a template table, then the local model) turns the transcript into
+   a short acknowledgement (≤ 8 units: a Chinese character or an English word). While the
+   caller speaks, acks for the partials are prepared (and synthesised) with a roomy budget;
+   when the turn ends, the template is asked again with a tiny budget, else the prepared
+   ack, else a generic one, is spoken at once.
+2. **answer** — ``answer_gate`` (the local model) answers the final transcript within the
+   turn's budget; sentences go to TTS as they form.
+3. **follow-up** — a question that needs the big model (refunds, policies, several
+   conditions) goes to ``deep_gate`` with ``delegate=True`` and a budget no tier fits: the
+   gate answers nothing in-line and runs the cloud tier as a background job; its answer is
+   spoken once the local answer is done ("补充一下，…"). Nothing else waits for it.
+
+A barge-in cancels the answer in flight (and the wait for the follow-up), keeps what was
+said in the conversation history, and forwards the interruption to TTS and output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from rtgate.apps.voice.frames import (
+    AgentTextFrame,
+    EndFrame,
+    Frame,
+    InterruptionFrame,
+    SpeechStartFrame,
+    SpeechStopFrame,
+    TranscriptFrame,
+    TurnEndFrame,
+)
+from rtgate.apps.voice.pipeline import Stage
+from rtgate.budget import Budget
+from rtgate.gate import DoneEvent, FollowupEvent, Gate, TokenEvent
+from rtgate.tiers.base import Message, Request
+
+__all__ = [
+    "ACK_UNITS",
+    "FOLLOWUP_PREFIX",
+    "GENERIC_ACK",
+    "AgentStage",
+    "ack_units",
+    "needs_big_model",
+    "split_sentences",
+]
+
+ACK_UNITS = 8
+GENERIC_ACK = {"zh": "嗯，好的。", "en": "Okay."}
+FOLLOWUP_PREFIX = {"zh": "补充一下，", "en": "To add to that, "}
+FALLBACK_ANSWER = {"zh": "我再帮您确认一下。", "en": "Let me double-check that for you."}
+_DEEP = re.compile(
+    r"(退费|退款|退订|退钱|怎么退|违约|合同|政策|条款|赔偿|补偿|如果.*(并且|而且|还|又|和)|"
+    r"refund|policy|contract|cancel|penalt|compensat|terms|if .* and )",
+    re.IGNORECASE,
+)
+_UNIT = re.compile(r"[\u3400-\u9fff]|[A-Za-z0-9']+")
+_SENT_END = re.compile(r"([。！？!?；;]|\.(?=\s|$))")
+
+
+def needs_big_model(text: str) -> bool:
+    """Refunds, policies, contracts, or several conditions at once: the big model's job."""
+    return bool(_DEEP.search(text))
+
+
+def ack_units(text: str) -> int:
+    """Length of an acknowledgement: Chinese characters plus English words."""
+    return len(_UNIT.findall(text))
+
+
+def split_sentences(buf: str, *, soft: int = 14) -> tuple[list[str], str]:
+    """Complete sentences in ``buf`` and the rest; a comma also ends a chunk once the chunk
+    is ``soft`` characters long (so the first sound of a long sentence is not held back)."""
+    out: list[str] = []
+    start = 0
+    for i, ch in enumerate(buf):
+        hard = _SENT_END.match(buf, i) is not None
+        if hard or (ch in ",，、" and i + 1 - start >= soft):
+            piece = buf[start : i + 1].strip()
+            if piece:
+                out.append(piece)
+            start = i + 1
+    return out, buf[start:]
+
+
+class AgentStage(Stage):
+    """Speaks for the agent (see the module docstring). Text policy: wait."""
+
+    name = "agent"
+
+    def __init__(
+        self,
+        ack_gate: Gate,
+        answer_gate: Gate,
+        deep_gate: Gate | None = None,
+        *,
+        prefetch: Callable[[str, str], Coroutine[Any, Any, None]] | None = None,
+        ack_budget_ms: float = 250.0,
+        ack_turn_budget_ms: float = 15.0,
+        answer_budget_ms: float = 2500.0,
+        answer_tokens: int = 40,
+        history_turns: int = 2,
+    ) -> None:
+        super().__init__()
+        self.ack_gate, self.answer_gate, self.deep_gate = ack_gate, answer_gate, deep_gate
+        self.prefetch = prefetch
+        self.ack_budget_ms, self.ack_turn_budget_ms = ack_budget_ms, ack_turn_budget_ms
+        self.answer_budget_ms, self.answer_tokens = answer_budget_ms, answer_tokens
+        self.history_turns = history_turns
+        self.caller_speaking = False
+        self.turn_text: dict[int, str] = {}  # what the caller said, by turn
+        self.interrupted: set[int] = set()
+        self._turn = 0  # the turn the agent is replying to
+        self.acks: dict[int, str] = {}  # turn -> ack prepared from a partial
+        self.said: dict[int, list[str]] = {}  # everything spoken or queued, by turn
+        self.answers: dict[int, list[str]] = {}  # the local model's answer, by turn
+        self.routes: dict[int, str] = {}
+        self.traces: dict[int, dict[str, Any]] = {}
+        self.followups: dict[int, dict[str, Any]] = {}
+        self._prep: asyncio.Task[None] | None = None
+        self._answer: asyncio.Task[None] | None = None
+        self._deep: asyncio.Task[None] | None = None
+        self._answer_turn = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.cancelled = 0  # generations cancelled by barge-ins
+
+    # -- frames ---------------------------------------------------------------------------
+
+    async def process_frame(self, frame: Frame, upstream: bool) -> None:
+        if isinstance(frame, SpeechStartFrame | SpeechStopFrame):
+            self.caller_speaking = isinstance(frame, SpeechStartFrame)
+        elif isinstance(frame, InterruptionFrame):
+            self._interrupt()
+        elif isinstance(frame, TurnEndFrame):
+            await self._turn_end(frame)
+            return
+        elif isinstance(frame, TranscriptFrame):
+            await self._transcript(frame)
+            return
+        elif isinstance(frame, EndFrame):
+            for t in list(self._tasks):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        await self.push(frame, upstream)
+
+    async def _transcript(self, frame: TranscriptFrame) -> None:
+        if not frame.final:
+            if frame.text and frame.turn not in self.turn_text:
+                if self._prep is not None:
+                    self._prep.cancel()
+                self._prep = self._spawn(self._prepare_ack(frame.turn, frame.text, frame.lang))
+            return
+        text = frame.text or self.turn_text.get(frame.turn, "")
+        if not text:
+            return
+        self.turn_text[frame.turn] = text
+        if frame.turn in self.interrupted:
+            return  # the caller talked over this turn: keep their words, answer the next one
+        self._answer_turn = frame.turn
+        answer = self._spawn(self._answer_turn_task(frame.turn, text, frame.lang))
+        self._answer = answer
+        if self.deep_gate is not None and needs_big_model(text):
+            self._deep = self._spawn(self._followup(frame.turn, text, frame.lang, answer))
+
+    async def _turn_end(self, frame: TurnEndFrame) -> None:
+        if self._prep is not None:
+            self._prep.cancel()
+        # no words yet (the ASR is behind): the VAD heard speech, so a generic ack still goes
+        ack = None
+        self._turn = frame.turn
+        if frame.text.strip():
+            self.turn_text.setdefault(frame.turn, frame.text)
+            ack = await self._ack(frame.text, frame.lang, self.ack_turn_budget_ms)
+        if ack is None:
+            ack = self.acks.get(frame.turn) or GENERIC_ACK.get(frame.lang, "Okay.")
+        self.said[frame.turn] = [ack]
+        await self.push(AgentTextFrame(turn=frame.turn, kind="ack", text=ack, lang=frame.lang))
+
+    # -- acknowledgement ----------------------------------------------------------------
+
+    async def _ack(self, text: str, lang: str, budget_ms: float) -> str | None:
+        req = Request(input=text, max_tokens=ACK_UNITS, delegate=False, meta={"lang": lang})
+        res = await self.ack_gate.answer(req, budget_ms)
+        ack = res.text.strip().splitlines()[0].strip() if res.text.strip() else ""
+        if res.placeholder or not ack or ack_units(ack) > ACK_UNITS:
+            return None
+        return ack
+
+    async def _prepare_ack(self, turn: int, text: str, lang: str) -> None:
+        ack = await self._ack(text, lang, self.ack_budget_ms)
+        if ack is not None:
+            self.acks[turn] = ack
+            if self.prefetch is not None:
+                await self.prefetch(ack, lang)
+
+    # -- answer and follow-up -----------------------------------------------------------
+
+    def _request(self, turn: int, text: str, lang: str, delegate: bool) -> Request:
+        return Request(
+            input=text,
+            messages=[*self.history_before(turn, prompt=True), Message("user", text)],
+            max_tokens=self.answer_tokens,
+            delegate=delegate,
+            meta={"lang": lang, "placeholder": FALLBACK_ANSWER.get(lang, "")},
+        )
+
+    async def _answer_turn_task(self, turn: int, text: str, lang: str) -> None:
+        req = self._request(turn, text, lang, delegate=False)
+        said = self.said.setdefault(turn, [])
+        answer = self.answers.setdefault(turn, [])
+        buf = ""
+        async for ev in self.answer_gate.stream(req, self.answer_budget_ms):
+            if isinstance(ev, TokenEvent):
+                sentences, buf = split_sentences(buf + ev.text)
+                for s in sentences:
+                    said.append(s)
+                    answer.append(s)
+                    await self.push(AgentTextFrame(turn=turn, kind="answer", text=s, lang=lang))
+            elif isinstance(ev, DoneEvent):
+                self.routes[turn] = ev.result.route
+                self.traces[turn] = ev.result.trace.to_dict()
+                rest = buf.strip() or (ev.result.text if ev.result.placeholder else "")
+                if rest:
+                    said.append(rest)
+                    answer.append(rest)
+                await self.push(
+                    AgentTextFrame(turn=turn, kind="answer", text=rest, lang=lang, last=True)
+                )
+
+    async def _followup(self, turn: int, text: str, lang: str, answer: asyncio.Task[None]) -> None:
+        """Ask the cloud tier in the background; speak its answer after the local one."""
+        assert self.deep_gate is not None
+        req = self._request(turn, text, lang, delegate=True)
+        async for ev in self.deep_gate.stream(req, Budget(1.0), follow=True):
+            if not isinstance(ev, FollowupEvent):
+                continue
+            job = ev.job
+            said = " ".join(job.text.split())
+            await asyncio.wait([answer])  # never talk over our own answer
+            spoken = bool(job.status == "done" and said and not self.caller_speaking)
+            self.followups[turn] = {
+                "status": job.status,
+                "tier": job.tier,
+                "text": said,
+                "spoken": spoken,
+                "ttft_ms": job.ttft_ms,
+                "elapsed_ms": job.elapsed_ms,
+            }
+            if spoken:
+                line = FOLLOWUP_PREFIX.get(lang, "") + said
+                self.said.setdefault(turn, []).append(line)
+                await self.push(
+                    AgentTextFrame(turn=turn, kind="followup", text=line, lang=lang, last=True)
+                )
+
+    @property
+    def history(self) -> list[Message]:
+        """The conversation so far (the last ``history_turns`` turns): what the caller said
+        and what the agent said or had queued, interrupted replies included."""
+        return self.history_before(None)
+
+    def history_before(self, before: int | None, *, prompt: bool = False) -> list[Message]:
+        """Turns before ``before``. For a model's ``prompt``: only the agent's answers, and
+        none of an interrupted turn (small models copy acks and fragments back)."""
+        out: list[Message] = []
+        turns = [t for t in sorted(self.turn_text) if before is None or t < before]
+        for turn in turns[-self.history_turns :]:
+            out.append(Message("user", self.turn_text[turn]))
+            lines = self.answers.get(turn, []) if prompt else self.said.get(turn, [])
+            cut = turn in self.interrupted
+            if prompt and cut:
+                continue
+            if lines:
+                out.append(Message("assistant", " ".join(lines) + (" …" if cut else "")))
+        return out
+
+    def _interrupt(self) -> None:
+        """Barge-in: cancel generation in flight; the history keeps what was said."""
+        if self._turn:
+            self.interrupted.add(self._turn)
+        for task in (self._answer, self._prep, self._deep):
+            if task is not None and not task.done():
+                task.cancel()
+                self.cancelled += task is self._answer
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def cleanup(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()

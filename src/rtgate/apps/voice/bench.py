@@ -1,0 +1,302 @@
+"""``rtgate bench voice``: simulated phone calls through the real pipeline, in real time.
+
+Each call is a script of caller turns in one language (half the calls Chinese, half
+English), built from the packaged caller clips: plain questions, questions for the big
+model, sentences with a pause in the middle (a trailing-off head, 0.6–0.9 s of silence,
+then the rest), and barge-ins (the caller talks over the agent's answer). The simulated
+caller waits for the agent to fall silent (a natural 0.4–0.8 s pause) before the next turn.
+
+Ground truth comes from the clips themselves (energy onset/end), never from the VAD:
+
+- ``first_audio_ms``: from the end of the caller's speech to the first agent audio played;
+- ``bargein_stop_ms``: from the onset of a barge-in to the moment agent audio stopped;
+- ``interruption_rate``: share of caller turns the agent cut into (it decided the turn had
+  ended while the caller had more to say);
+- ``serial_baseline``: the same question clips through serial ASR → LLM → TTS (fixed
+  silence endpointing, full-window Whisper, the whole answer, then its whole audio),
+  measured in the same run on the same models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rtgate.apps.voice.frames import RATE, Pcm, TranscriptFrame, TurnEndFrame
+from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels, data_path
+from rtgate.apps.voice.transport import RecordingOut, read_wav
+from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker
+from rtgate.budget import Budget
+from rtgate.tiers.base import Piece, Request
+
+__all__ = ["Clip", "percentiles", "run", "speech_bounds"]
+
+FRAME = CHUNK  # samples the simulated caller sends at a time (32 ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Clip:
+    name: str
+    lang: str
+    kind: str
+    text: str
+    pcm: Pcm
+    onset: float  # seconds of the first speech in the clip
+    end: float  # seconds of the end of speech
+
+
+def speech_bounds(pcm: Pcm, db: float = -40.0) -> tuple[float, float]:
+    """Onset and end of speech by energy (20 ms frames over ``db`` dBFS)."""
+    step = RATE // 50
+    n = len(pcm) // step
+    rms = np.sqrt(np.mean(pcm[: n * step].reshape(n, step) ** 2, axis=1) + 1e-12)
+    loud = np.flatnonzero(20 * np.log10(rms) > db)
+    if not len(loud):
+        return 0.0, 0.0
+    return loud[0] * step / RATE, (loud[-1] + 1) * step / RATE
+
+
+def load_clips() -> dict[str, Clip]:
+    manifest = json.loads(data_path("clips", "clips.json").read_text(encoding="utf-8"))
+    out = {}
+    for name, m in manifest.items():
+        pcm = read_wav(data_path("clips", f"{name}.wav"))
+        onset, end = speech_bounds(pcm)
+        out[name] = Clip(name, m["lang"], m["kind"], m["text"], pcm, onset, end)
+    return out
+
+
+def percentiles(xs: list[float]) -> dict[str, float | None]:
+    if not xs:
+        return {"p50": None, "p95": None}
+    a = np.asarray(xs, dtype=np.float64)
+    return {
+        "p50": round(float(np.percentile(a, 50)), 1),
+        "p95": round(float(np.percentile(a, 95)), 1),
+    }
+
+
+@dataclass(slots=True)
+class Turn:
+    """One scripted caller turn: clips with pauses between them."""
+
+    parts: list[tuple[Clip, float]]  # (clip, silence after it inside the turn)
+    bargein: bool = False
+    # filled in while the call runs (audio seconds)
+    onset: float = 0.0
+    end: float = 0.0
+
+
+@dataclass(slots=True)
+class CallResult:
+    first_audio_ms: list[float] = field(default_factory=list)
+    decision_ms: list[float] = field(default_factory=list)
+    decode_ms: list[float] = field(default_factory=list)
+    bargein_stop_ms: list[float] = field(default_factory=list)
+    turns: int = 0
+    cut_ins: int = 0
+    missed_bargeins: int = 0
+    cut_in_details: list[dict[str, Any]] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    by_rule: list[tuple[str, float]] = field(default_factory=list)
+    slow: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _script(rng: random.Random, clips: dict[str, Clip], lang: str, n: int) -> list[Turn]:
+    mine = [c for c in clips.values() if c.lang == lang]
+    questions = [c for c in mine if c.kind in ("question", "deep")]
+    head = next(c for c in mine if c.kind == "head")
+    tail = next(c for c in mine if c.kind == "tail")
+    barge = next(c for c in mine if c.kind == "bargein")
+    turns: list[Turn] = []
+    style = (n // 2) % 4  # 0: questions, 1: a mid-sentence pause, 2: a barge-in, 3: both
+    turns.append(Turn([(rng.choice(questions), 0.0)]))
+    if style in (1, 3):
+        turns.append(Turn([(head, rng.uniform(0.6, 0.9)), (tail, 0.0)]))
+    if style in (2, 3):
+        turns.append(Turn([(barge, 0.0)], bargein=True))
+    turns.append(Turn([(rng.choice(questions), 0.0)]))
+    return turns
+
+
+async def _call(
+    models: VoiceModels, turns: list[Turn], rng: random.Random, lang: str
+) -> CallResult:
+    out = RecordingOut()
+    res = CallResult()
+    silence = np.zeros(FRAME, dtype=np.float32)
+    async with VoiceCall(models, out, lang=lang) as call:
+        loop = asyncio.get_running_loop()
+
+        async def idle_for(seconds: float, limit: float) -> None:
+            """Feed silence until the agent has answered and then been quiet ``seconds``
+            (at most ``limit``): a caller waits for the reply before going on."""
+            quiet, waited, heard = 0.0, 0.0, len(out.chunks)
+            while waited < limit and not (quiet >= seconds and len(out.chunks) > heard):
+                await call.feed(silence)
+                waited += FRAME / RATE
+                quiet = 0.0 if call.output.playing else quiet + FRAME / RATE
+
+        await call.feed(np.zeros(RATE // 2, dtype=np.float32))
+        for turn in turns:
+            if turn.bargein:
+                waited = 0.0
+                while not call.output.playing and waited < 4.0:
+                    await call.feed(silence)
+                    waited += FRAME / RATE
+                await call.feed(np.zeros(int(rng.uniform(0.3, 0.8) * RATE), dtype=np.float32))
+            else:
+                await idle_for(rng.uniform(0.4, 0.8), 8.0)
+            start = call.fed
+            first, last = turn.parts[0][0], turn.parts[-1][0]
+            for clip, pause in turn.parts:
+                await call.feed(clip.pcm)
+                if pause:
+                    await call.feed(np.zeros(int(pause * RATE), dtype=np.float32))
+            turn.onset = start + first.onset
+            turn.end = call.fed - len(last.pcm) / RATE + last.end
+        await idle_for(0.8, 8.0)
+        await call.finish()
+        _score(call, out, turns, res, loop.time)
+    return res
+
+
+def _score(call: VoiceCall, out: RecordingOut, turns: list[Turn], res: CallResult, _: Any) -> None:
+    decided = {
+        f.turn: at for at, s, f in call.events if s == "turns" and isinstance(f, TurnEndFrame)
+    }
+    ends = {e.turn: e for e in call.turns.ended}
+    res.decode_ms += [
+        f.decode_ms for _, s, f in call.events if s == "asr" and isinstance(f, TranscriptFrame)
+    ]
+    for i, turn in enumerate(turns):
+        res.turns += 1
+        mine = [n for n, e in ends.items() if turn.end - 0.05 <= e.t <= turn.end + 0.5]
+        if mine:
+            res.decision_ms.append((decided[mine[0]] - (call.t0 + turn.end)) * 1000.0)
+            res.rules.append(ends[mine[0]].rule)
+        early = [e for e in call.turns.ended if turn.onset < e.decided_t < turn.end]
+        if early:
+            res.cut_ins += 1
+            e = early[0]
+            res.cut_in_details.append(
+                {
+                    "clips": [c.name for c, _ in turn.parts],
+                    "rule": e.rule,
+                    "heard": e.text,
+                    "decided_s_before_end": round(turn.end - e.decided_t, 3),
+                }
+            )
+        nxt = turns[i + 1].onset if i + 1 < len(turns) else float("inf")
+        played = [c.at for c in out.chunks if call.t0 + turn.end <= c.at < call.t0 + nxt]
+        if played:
+            ms = (min(played) - (call.t0 + turn.end)) * 1000.0
+            res.first_audio_ms.append(ms)
+            rule = ends[mine[0]].rule if mine else "none"
+            res.by_rule.append((rule, ms))
+            if ms > 500:
+                heard = ends[mine[0]].text if mine else ""
+                res.slow.append(
+                    {"clips": [c.name for c, _ in turn.parts], "rule": rule, "heard": heard,
+                     "first_audio_ms": round(ms, 1)}
+                )  # fmt: skip
+        if turn.bargein:
+            stops = [at for t, at in call.output.stops if turn.onset - 0.2 <= t < turn.end]
+            if stops:
+                res.bargein_stop_ms.append((min(stops) - (call.t0 + turn.onset)) * 1000.0)
+            else:
+                res.missed_bargeins += 1
+
+
+async def _serial(models: VoiceModels, clips: list[Clip], hangover_ms: float) -> list[float]:
+    """End of speech → first audio when every stage waits for the previous one."""
+    assert models.asr and models.tts and models.answer_gate
+    out = []
+    for clip in clips:
+        pcm = np.concatenate([clip.pcm, np.zeros(RATE * 2, dtype=np.float32)])
+        vad, tracker = SileroVAD(), SpeechTracker(hangover_ms=hangover_ms)
+        stop_at = None
+        for i in range(0, len(pcm) - CHUNK + 1, CHUNK):
+            ev = tracker.update(i / RATE, vad.prob(pcm[i : i + CHUNK]))
+            if ev is not None and not tracker.speaking:
+                stop_at = (i + CHUNK) / RATE  # when the endpoint is declared
+        endpoint_ms = ((stop_at or len(pcm) / RATE) - clip.end) * 1000.0
+        t0 = time.perf_counter()
+        asr = models.asr_for(clip.lang)
+        tr = await asyncio.to_thread(asr.transcribe, clip.pcm, clip.lang, final=True)
+        local = models.answer_gate.by_name["local"]
+        req = Request(input=tr.text, max_tokens=models.cfg.answer_tokens, delegate=False)
+        pieces = [x async for x in local.stream(req, Budget(30_000))]
+        text = "".join(p.text if isinstance(p, Piece) else p for p in pieces)
+        await models.tts.synth(text or "Okay.", clip.lang)  # the whole answer before any sound
+        models.tts._cache.clear()
+        out.append(endpoint_ms + (time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+async def _run(calls: int, seed: int, asr_model: str, serial_hangover_ms: float) -> dict[str, Any]:
+    rng = random.Random(seed)
+    clips = load_clips()
+    cfg = VoiceConfig(asr_model=asr_model)
+    total = CallResult()
+    async with VoiceModels(cfg) as models:
+        for n in range(calls):
+            lang = "zh" if n % 2 == 0 else "en"
+            r = await _call(models, _script(rng, clips, lang, n), rng, lang)
+            total.first_audio_ms += r.first_audio_ms
+            total.decision_ms += r.decision_ms
+            total.decode_ms += r.decode_ms
+            total.rules += r.rules
+            total.by_rule += r.by_rule
+            total.slow += r.slow
+            total.bargein_stop_ms += r.bargein_stop_ms
+            total.turns += r.turns
+            total.cut_ins += r.cut_ins
+            total.missed_bargeins += r.missed_bargeins
+            total.cut_in_details += r.cut_in_details
+        questions = [c for c in clips.values() if c.kind in ("question", "deep")]
+        serial = await _serial(models, questions, serial_hangover_ms)
+    return {
+        "calls": calls,
+        "turns": total.turns,
+        "first_audio_ms": percentiles(total.first_audio_ms),
+        "bargein_stop_ms": percentiles(total.bargein_stop_ms),
+        "turn_end_decision_ms": percentiles(total.decision_ms),
+        "asr_decode_ms": percentiles(total.decode_ms),
+        "interruption_rate": round(total.cut_ins / max(1, total.turns), 4),
+        "serial_baseline": {
+            "first_audio_ms": percentiles(serial),
+            "endpoint_silence_ms": serial_hangover_ms,
+            "clips": len(serial),
+        },
+        "bargeins": len(total.bargein_stop_ms),
+        "missed_bargeins": total.missed_bargeins,
+        "asr_model": asr_model,
+        "llm": cfg.llm,
+        "cloud": "emulated cloud-70b (local model + CLOUD_70B latency)",
+        "turn_end_rules": {k: total.rules.count(k) for k in sorted(set(total.rules))},
+        "first_audio_ms_by_rule": {
+            rule: percentiles([ms for r, ms in total.by_rule if r == rule])
+            for rule in sorted({r for r, _ in total.by_rule})
+        },
+        "cut_ins": total.cut_in_details,
+        "slow_turns": total.slow,
+        "samples": {
+            "first_audio_ms": [round(x, 1) for x in total.first_audio_ms],
+            "turn_end_decision_ms": [round(x, 1) for x in total.decision_ms],
+            "rules": total.rules,
+        },
+    }
+
+
+def run(
+    calls: int = 12, seed: int = 0, asr_model: str = "auto", serial_hangover_ms: float = 700.0
+) -> dict[str, Any]:
+    """Run the benchmark (real time: about 15 s per call) and return the JSON report."""
+    return asyncio.run(_run(calls, seed, asr_model, serial_hangover_ms))

@@ -1,0 +1,121 @@
+"""``rtgate voice …`` and ``rtgate bench voice``: typer apps mounted by the main CLI.
+
+``app`` holds ``run`` (a WAV through the voice agent, in real time); ``bench_app`` holds
+``voice`` (simulated calls). Heavy imports stay inside the commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["app", "bench_app"]
+
+app = typer.Typer(no_args_is_help=True, help="The streaming voice agent (scenario 3).")
+bench_app = typer.Typer(no_args_is_help=True, help="Voice agent benchmarks.")
+console = Console()
+
+
+@app.callback()
+def _group() -> None:
+    """The streaming voice agent (scenario 3)."""
+
+
+@bench_app.callback()
+def _bench_group() -> None:
+    """Voice agent benchmarks."""
+
+
+async def _run_file(
+    wav: Path, out_wav: Path | None, lang: str | None, asr: str, llm: str, tail_s: float
+) -> dict[str, Any]:
+    import numpy as np
+
+    from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels
+    from rtgate.apps.voice.transport import RecordingOut, read_wav
+
+    pcm = read_wav(wav)
+    cfg = VoiceConfig(lang=lang, asr_model=asr, llm=llm)
+    out = RecordingOut()
+    async with VoiceModels(cfg) as models, VoiceCall(models, out) as call:
+        await call.feed(pcm)
+        # keep the line open (silence) so the agent can finish speaking, follow-up included
+        await call.feed(np.zeros(int(tail_s * 16_000), dtype=np.float32))
+        await call.finish()
+        report = call.report()
+        if out_wav is not None:
+            out.to_wav(out_wav, call.t0, call.fed)
+            report["agent_wav"] = str(out_wav)
+    report["input"] = str(wav)
+    return report
+
+
+@app.command("run")
+def run(
+    wav: Path = typer.Argument(..., exists=True, dir_okay=False, help="caller audio (WAV)"),
+    json_out: bool = typer.Option(False, "--json", help="print the report as JSON"),
+    out: Path = typer.Option(Path("agent.wav"), "--out", help="write the agent's audio here"),
+    lang: str | None = typer.Option(None, help="zh or en (default: detect)"),
+    asr: str = typer.Option("auto", help="Whisper: auto (tiny.en for English), base, tiny.en"),
+    llm: str = typer.Option("gemma3-270m", help="local model: gemma3-270m or smollm2"),
+    tail: float = typer.Option(6.0, help="seconds of silence after the file"),
+) -> None:
+    """Play WAV to the agent in real time; print turns, replies and timings."""
+    if lang not in (None, "zh", "en"):
+        raise typer.BadParameter("lang must be zh or en")
+    report = asyncio.run(_run_file(wav, out, lang, asr, llm, tail))
+    if json_out:
+        typer.echo(json.dumps(report, ensure_ascii=False, indent=2))
+        return
+    table = Table(title=f"voice run {wav.name}")
+    for col in ("turn", "caller", "ack", "answer", "follow-up", "first audio ms", "rule"):
+        table.add_column(col)
+    for t in report["turns"]:
+        table.add_row(
+            str(t["turn"]),
+            (t.get("final") or {}).get("text", ""),
+            " ".join(t.get("ack", [])),
+            " ".join(t.get("answer", [])),
+            " ".join(t.get("followup", [])),
+            str(t.get("first_audio_ms", "")),
+            str(t.get("rule", "")),
+        )
+    console.print(table)
+    console.print(f"[dim]agent audio: {out}[/dim]")
+
+
+@bench_app.command("voice")
+def bench_voice(
+    calls: int = typer.Option(12, "--calls", help="simulated calls (half zh, half en)"),
+    json_out: Path | None = typer.Option(None, "--json", help="write the report here"),
+    seed: int = typer.Option(0, help="random seed of the call scripts"),
+    asr: str = typer.Option("auto", help="Whisper: auto (tiny.en for English), base, tiny.en"),
+) -> None:
+    """Simulated calls: first audio after end of speech, barge-in stop, cut-ins, and the
+    serial ASR → LLM → TTS baseline, measured in the same run."""
+    from rtgate.apps.voice.bench import run as run_bench
+
+    report = run_bench(calls=calls, seed=seed, asr_model=asr)
+    table = Table(title=f"voice bench: {report['calls']} calls, {report['turns']} turns")
+    table.add_column("metric")
+    table.add_column("p50", justify="right")
+    table.add_column("p95", justify="right")
+    for key, label in (
+        ("first_audio_ms", "end of speech → first audio (ms)"),
+        ("bargein_stop_ms", "barge-in → audio stopped (ms)"),
+    ):
+        table.add_row(label, f"{report[key]['p50']}", f"{report[key]['p95']}")
+    base = report["serial_baseline"]["first_audio_ms"]
+    table.add_row("serial baseline first audio (ms)", f"{base['p50']}", f"{base['p95']}")
+    table.add_row("cut-in rate", f"{report['interruption_rate']:.1%}", "")
+    console.print(table)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        console.print(f"[dim]wrote {json_out}[/dim]")

@@ -1,0 +1,332 @@
+"""Assembling a voice call: models loaded once, a pipeline per call, a report per turn.
+
+:class:`VoiceModels` loads what every call shares (Whisper, TTS, the local model and the
+gates built on it) and is entered once. :class:`VoiceCall` builds the pipeline
+VAD → ASR → turns → agent → TTS → output for one caller, observes the frames and reports
+each turn's transcripts, replies and timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rtgate.apps.voice.agent import AgentStage
+from rtgate.apps.voice.asr import ASRStage, WhisperASR
+from rtgate.apps.voice.frames import (
+    RATE,
+    AgentTextFrame,
+    AudioFrame,
+    EndFrame,
+    Frame,
+    InterruptionFrame,
+    Pcm,
+    SpeechStartFrame,
+    StartFrame,
+    TranscriptFrame,
+    TurnEndFrame,
+)
+from rtgate.apps.voice.pipeline import Pipeline, Stage
+from rtgate.apps.voice.transport import AudioOut, OutputStage, RecordingOut
+from rtgate.apps.voice.tts import TTSStage, VoiceTTS
+from rtgate.apps.voice.turns import TurnRules, TurnStage
+from rtgate.apps.voice.vad import SileroVAD, SpeechTracker, VADStage
+from rtgate.gate import Gate, GateConfig
+from rtgate.tiers.base import Tier
+
+__all__ = ["VoiceCall", "VoiceConfig", "VoiceModels", "data_path"]
+
+
+def data_path(*parts: str) -> Path:
+    """A file shipped in ``rtgate/apps/voice/data``."""
+    return Path(str(resources.files("rtgate.apps.voice").joinpath("data", *parts)))
+
+
+@dataclass(slots=True)
+class VoiceConfig:
+    """Knobs of a call. Times in milliseconds."""
+
+    lang: str | None = None  # "zh", "en" or None (detect from the first words)
+    asr_model: str = "auto"  # "base", "tiny.en", or "auto": tiny.en for English calls
+    asr_threads: int = 2
+    llm: str = "gemma3-270m"
+    # one llama.cpp thread: with two, its threads spin-wait for each other and a busy CPU
+    # (Whisper decoding on the other core) makes tokens ~10x slower; one thread degrades gently
+    llm_threads: int = 1
+    piper: bool = True
+    vad_hangover_ms: float = 64.0
+    rules: TurnRules = field(default_factory=TurnRules)
+    ack_budget_ms: float = 250.0
+    answer_budget_ms: float = 2500.0
+    full_final: bool = False
+    answer_tokens: int = 40
+
+
+def _tiers(cfg: VoiceConfig) -> tuple[list[Tier], list[Tier], list[Tier]]:
+    """Tiers of the ack, answer and deep gates: templates + the local model; the local
+    model; the cloud tier (the local model behind ``CLOUD_70B`` latency: named emulation)."""
+    from rtgate.backends.llamacpp import LlamaCppBackend
+    from rtgate.emulate import CLOUD_70B, EmulatedLatency
+    from rtgate.tiers.llm import FewShot, LLMTier
+    from rtgate.tiers.templates import TemplateTier
+
+    shots = json.loads(data_path("prompts.json").read_text(encoding="utf-8"))
+
+    def few(kind: str) -> dict[str, FewShot]:
+        return {
+            lang: FewShot(
+                system=v["system"],
+                examples=tuple((q, a) for q, a in v["examples"]),
+                user_label=v["user"],
+                agent_label=v["agent"],
+                sep=v["sep"],
+            )
+            for lang, v in shots[kind].items()
+        }
+
+    backend = LlamaCppBackend(cfg.llm, n_threads=cfg.llm_threads)
+    templates = TemplateTier.from_file(data_path("acks.json"), name="ack-template", quality=20)
+    ack_local = LLMTier(backend, name="ack-local", quality=10, few_shot=few("ack"), max_tokens=10)
+    local = LLMTier(
+        backend, name="local", quality=50, few_shot=few("answer"), max_tokens=cfg.answer_tokens
+    )
+    deep = LLMTier(backend, name="cloud", quality=90, delegable=True, few_shot=few("answer"))
+    cloud = EmulatedLatency(deep, CLOUD_70B, name="cloud")  # named emulation of a 70B model
+    return [templates, ack_local], [local], [cloud]
+
+
+class VoiceModels:
+    """What calls share; ``async with`` loads, warms and later closes it."""
+
+    def __init__(self, cfg: VoiceConfig | None = None) -> None:
+        self.cfg = cfg or VoiceConfig()
+        self.asr: WhisperASR | None = None  # multilingual (or the only one)
+        self.asr_en: WhisperASR | None = None  # English-only, faster, with "auto"
+        self.tts: VoiceTTS | None = None
+        self.ack_gate: Gate | None = None
+        self.answer_gate: Gate | None = None
+        self.deep_gate: Gate | None = None
+
+    async def __aenter__(self) -> VoiceModels:
+        cfg = self.cfg
+        main = "base" if cfg.asr_model == "auto" else cfg.asr_model
+        self.asr = await asyncio.to_thread(WhisperASR, main, cfg.asr_threads)
+        if cfg.asr_model == "auto":
+            self.asr_en = await asyncio.to_thread(WhisperASR, "tiny.en", cfg.asr_threads)
+        self.tts = VoiceTTS(piper=cfg.piper)
+        ack_tiers, answer_tiers, deep_tiers = _tiers(cfg)
+        self.ack_gate = Gate(ack_tiers, config=GateConfig(delegate=False))
+        self.answer_gate = Gate(answer_tiers, config=GateConfig(delegate=False))
+        self.deep_gate = Gate(deep_tiers)
+        for gate in (self.ack_gate, self.answer_gate, self.deep_gate):
+            await gate.start()
+        await self.warmup()
+        return self
+
+    async def warmup(self) -> None:
+        """One pass through every model, and the fixed acknowledgements synthesised."""
+        from rtgate.tiers.base import Request
+
+        assert self.asr and self.tts and self.ack_gate and self.answer_gate
+        cfg = self.cfg
+        for asr in (self.asr, self.asr_en):
+            if asr is not None:
+                await asyncio.to_thread(asr.transcribe, _silence(1.0), "en")
+        probe = "请问我的话费还有多少？"
+        await self.ack_gate.warmup(Request(input=probe, max_tokens=8))
+        await self.answer_gate.warmup(Request(input=probe, max_tokens=cfg.answer_tokens))
+        table = json.loads(data_path("acks.json").read_text(encoding="utf-8"))
+        for tpl in table["templates"]:
+            lang = "zh" if tpl["id"].startswith("zh") else "en"
+            await self.tts.prefetch(tpl["reply"], lang)
+        for lang, text in (("zh", "嗯，好的。"), ("en", "Okay.")):
+            await self.tts.prefetch(text, lang)
+
+    def asr_for(self, lang: str | None) -> WhisperASR:
+        """The Whisper model for a call in ``lang`` (English-only tiny.en when loaded)."""
+        assert self.asr is not None
+        return self.asr_en if lang == "en" and self.asr_en is not None else self.asr
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for gate in (self.ack_gate, self.answer_gate, self.deep_gate):
+            if gate is not None:
+                await gate.aclose()  # each closes the shared backend; closing twice is safe
+
+
+def _silence(seconds: float) -> Pcm:
+    import numpy as np
+
+    return np.zeros(int(seconds * RATE), dtype=np.float32)
+
+
+class VoiceCall:
+    """One call through the pipeline. ``async with``; feed audio; ``await finish()``.
+
+    ``live`` audio (a microphone, or a file fed in real time) is dropped oldest-first if a
+    stage falls behind; audio fed as fast as it can be read (``live=False``) waits instead.
+    """
+
+    def __init__(
+        self,
+        models: VoiceModels,
+        out: AudioOut | None = None,
+        *,
+        pace_out: bool = True,
+        live: bool = True,
+        lang: str | None = None,
+        lead_s: float = 0.0,
+        listener: Callable[[str, Frame], None] | None = None,
+    ) -> None:
+        cfg = models.cfg
+        assert models.asr and models.tts and models.ack_gate and models.answer_gate
+        self.models = models
+        self.lang = lang or cfg.lang
+        self.out: AudioOut = out or RecordingOut()
+        self.agent = AgentStage(
+            models.ack_gate,
+            models.answer_gate,
+            models.deep_gate,
+            prefetch=models.tts.prefetch,
+            ack_budget_ms=cfg.ack_budget_ms,
+            answer_budget_ms=cfg.answer_budget_ms,
+            answer_tokens=cfg.answer_tokens,
+        )
+        self.turns = TurnStage(cfg.rules)
+        self.output = OutputStage(self.out, pace=pace_out, lead_s=lead_s)
+        self.listener = listener
+        stages: list[Stage] = [
+            VADStage(SileroVAD(), SpeechTracker(hangover_ms=cfg.vad_hangover_ms), twin=SileroVAD()),
+            ASRStage(models.asr_for(self.lang), full_final=cfg.full_final),
+            self.turns,
+            self.agent,
+            TTSStage(models.tts),
+            self.output,
+        ]
+        if not live:  # audio read from a file: back-pressure instead of dropping
+            for stage in stages[:3]:
+                stage.policy = "wait"
+        self.pipeline = Pipeline(stages, observer=self._observe)
+        self.events: deque[tuple[float, str, Frame]] = deque(maxlen=50_000)  # bounded: oldest go
+        self.t0 = 0.0
+        self.fed = 0.0
+        self._arrivals: deque[tuple[float, float]] = deque(maxlen=4096)  # (audio t, loop t)
+
+    def _observe(self, stage: Stage, frame: Frame, upstream: bool) -> None:
+        if isinstance(frame, AudioFrame):
+            return
+        loop = asyncio.get_running_loop()
+        self.events.append((loop.time(), stage.name, frame))
+        if self.listener is not None:
+            self.listener(stage.name, frame)
+
+    async def __aenter__(self) -> VoiceCall:
+        await self.pipeline.__aenter__()
+        self.t0 = asyncio.get_running_loop().time()
+        await self.pipeline.put(StartFrame(lang=self.lang))
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.pipeline.__aexit__(et, e, tb)
+
+    async def feed(self, pcm: Pcm, *, pace: bool = True) -> None:
+        """Send caller audio that follows what was sent before (in real time with ``pace``)."""
+        loop = asyncio.get_running_loop()
+        for i in range(0, len(pcm), 512):
+            part = pcm[i : i + 512]
+            t = self.fed
+            self.fed += len(part) / RATE
+            if pace:
+                delay = self.t0 + self.fed - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            self._arrivals.append((self.fed, loop.time()))
+            await self.pipeline.put(AudioFrame(pcm=part, t=t))
+
+    def heard_at(self, t: float) -> float:
+        """Loop time at which audio time ``t`` arrived (live audio may not start at ``t0``
+        nor keep exact time: a browser's capture clock drifts)."""
+        for end, at in self._arrivals:
+            if end >= t:
+                return at - (end - t)
+        return self.t0 + t
+
+    async def finish(self) -> None:
+        """End the call once everything queued has been handled."""
+        await self.pipeline.put(EndFrame())
+        await self.pipeline.wait()
+
+    # -- report ---------------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        """Per-turn transcripts, replies and timings (ms from the end of the caller's speech,
+        as the VAD saw it), plus barge-ins."""
+        turns: dict[int, dict[str, Any]] = {}
+        speech_starts: list[float] = []
+
+        def ms(at: float, t: float) -> float:
+            return round((at - self.heard_at(t)) * 1000.0, 1)
+
+        for at, stage, f in self.events:
+            if isinstance(f, SpeechStartFrame) and stage == "vad":
+                speech_starts.append(f.t)
+            elif isinstance(f, TranscriptFrame) and stage == "asr":
+                row = turns.setdefault(f.turn, {"turn": f.turn, "partials": []})
+                item = {
+                    "text": f.text,
+                    "until_s": round(f.until, 3),
+                    "decode_ms": round(f.decode_ms, 1),
+                }
+                if f.final:
+                    row["final"] = item
+                else:
+                    row["partials"].append(item)
+            elif isinstance(f, TurnEndFrame) and stage == "turns" and f.id not in _seen(turns):
+                row = turns.setdefault(f.turn, {"turn": f.turn, "partials": []})
+                row.update(
+                    speech_end_s=round(f.t, 3),
+                    rule=f.rule,
+                    turn_end_ms=ms(at, f.t),
+                    _end=f.t,
+                    _id=f.id,
+                )
+            elif isinstance(f, AgentTextFrame) and stage == "agent" and f.text:
+                row = turns.setdefault(f.turn, {"turn": f.turn, "partials": []})
+                row.setdefault(f.kind, []).append(f.text)
+                if "_end" in row:
+                    row.setdefault(f"{f.kind}_ready_ms", ms(at, row["_end"]))
+        rec = self.out if isinstance(self.out, RecordingOut) else None
+        if rec is not None:
+            for c in rec.chunks:
+                row = turns.get(c.turn, {})
+                if "_end" in row:
+                    row.setdefault("first_audio_ms", ms(c.at, row["_end"]))
+                    row.setdefault(f"{c.kind}_audio_ms", ms(c.at, row["_end"]))
+        for n, row in turns.items():
+            row.pop("_end", None)
+            row.pop("_id", None)
+            row["route"] = self.agent.routes.get(n)
+            row["followup_job"] = self.agent.followups.get(n)
+        bargeins = [{"speech_t": round(t, 3), "stop_ms": ms(at, t)} for t, at in self.output.stops]
+        return {
+            "turns": [turns[k] for k in sorted(turns)],
+            "bargeins": bargeins,
+            "speech_starts": speech_starts,
+            "interruptions": sum(
+                isinstance(f, InterruptionFrame) for _, s, f in self.events if s == "turns"
+            ),
+        }
+
+
+def _seen(turns: dict[int, dict[str, Any]]) -> set[int]:
+    return {r["_id"] for r in turns.values() if "_id" in r}

@@ -1,0 +1,198 @@
+"""Turn-taking: when has the caller finished, and when are they barging in?
+
+VAD silence alone cannot tell a finished question from a pause in mid-sentence: wait long
+and the agent lags, wait short and it cuts in. So the silence needed depends on the latest
+transcript that covers the end of speech (:func:`cue`):
+
+- ``question``: a question particle or word (吗/呢/吧/？/多少/几/什么…, "?", a wh-/aux
+  opening) and not trailing off: the shortest wait;
+- ``clause``: a complete-looking clause (final punctuation, or long enough and not ending in
+  a connective or filler): a medium wait;
+- ``None``: trailing off (那个/然后/就是…, "and"/"the"/"if"…) or no covering transcript
+  yet: wait up to the timeout.
+
+Caller speech while the agent is talking is a barge-in: the stage sends an
+:class:`~rtgate.apps.voice.frames.InterruptionFrame` down at once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from rtgate.apps.voice.frames import (
+    AgentStartedFrame,
+    AgentStoppedFrame,
+    AudioFrame,
+    EndFrame,
+    Frame,
+    InterruptionFrame,
+    SpeechStartFrame,
+    SpeechStopFrame,
+    StartFrame,
+    TranscriptFrame,
+    TurnEndFrame,
+)
+from rtgate.apps.voice.pipeline import Stage
+
+__all__ = ["Cue", "TurnRules", "TurnStage", "cue"]
+
+Cue = Literal["question", "clause"]
+
+_ZH_TRAIL = (
+    "那个", "这个", "就是", "然后", "还有", "而且", "但是", "可是", "因为", "所以", "如果",
+    "的话", "或者", "还是", "和", "跟", "把", "呃", "嗯", "额", "一下", "我想", "我要",
+)  # fmt: skip
+_ZH_QUESTION = re.compile(
+    r"(吗|呢|吧|么|多少|几|什么|怎么|怎样|哪|谁|为什么|是不是|有没有|能不能|可不可以|行不行)"
+)
+_EN_TRAIL = {
+    "and", "but", "or", "so", "because", "if", "the", "a", "an", "to", "of", "for", "with",
+    "about", "my", "your", "um", "uh", "like", "in", "on", "at", "i", "whether", "than",
+    "then", "also",
+}  # fmt: skip
+_EN_QUESTION = {
+    "what", "how", "when", "where", "why", "who", "which", "can", "could", "do", "does", "did",
+    "is", "are", "will", "would", "should", "may", "have", "has",
+}  # fmt: skip
+_EN_ASK = re.compile(
+    r"\b((could|can|would|will) you|wondering (if|whether)|tell me|how (much|many|long))\b"
+)
+_PUNCT = "。！？!?.…,，、；;：: \"'“”"
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def cue(text: str) -> Cue | None:
+    """What the transcript's ending says about the turn (see the module docstring)."""
+    raw = text.strip()
+    core = raw.rstrip(_PUNCT)
+    if not core or raw.endswith(("…", "...", ",", "，", "、")):
+        return None
+    if _CJK.search(core):
+        if core.endswith(_ZH_TRAIL):
+            return None
+        last = re.split(r"[，,。！？!?；;]", core)[-1]
+        if raw.endswith(("？", "?")) or _ZH_QUESTION.search(last):
+            return "question"
+        if raw[-1] in "。！!." or len(core) >= 6:
+            return "clause"
+        return None
+    words = re.findall(r"[a-z']+", core.lower())
+    if not words or words[-1] in _EN_TRAIL:
+        return None
+    sentence = re.split(r"[.!?]\s+", core.lower())[-1].split()
+    opens = bool(sentence) and sentence[0] in _EN_QUESTION and len(words) >= 3
+    if raw.endswith("?") or opens or _EN_ASK.search(core.lower()):
+        return "question"
+    if raw[-1] in ".!" or len(words) >= 4:
+        return "clause"
+    return None
+
+
+@dataclass(slots=True)
+class TurnRules:
+    """Silence (ms) that ends a turn, by the transcript's cue.
+
+    Silence starts at the first 32 ms chunk whose speech probability drops under
+    ``quiet_prob`` (Silero's probability trails off for ~0.1 s after the last syllable;
+    waiting for the VAD's own stop would add that). A transcript "covers" the end if it was
+    decoded from audio up to ``cover_s`` before the silence started.
+    """
+
+    question_ms: float = 64.0
+    clause_ms: float = 600.0  # pauses between clauses run 200-500 ms
+    timeout_ms: float = 1200.0  # trailing off ("那个…", "and…"): callers may pause a while
+    quiet_prob: float = 0.5
+    cover_s: float = 0.2
+
+    def wait_ms(self, c: Cue | None) -> float:
+        if c == "question":
+            return self.question_ms
+        return self.clause_ms if c == "clause" else self.timeout_ms
+
+
+class TurnStage(Stage):
+    """Decides turn ends (sent down to the agent and up to the ASR) and barge-ins.
+
+    Forwards transcripts and speech events; consumes caller audio (nothing below needs it).
+    Audio policy: drop the oldest past 64 frames.
+    """
+
+    name = "turns"
+    policy = "drop_oldest"
+
+    def __init__(self, rules: TurnRules | None = None) -> None:
+        super().__init__()
+        self.rules = rules or TurnRules()
+        self.lang = "zh"
+        self.turn = 0
+        self.in_turn = False
+        self.quiet_since: float | None = None
+        self.now = 0.0
+        self.latest: TranscriptFrame | None = None
+        self.agent_speaking = False
+        self.ended: list[TurnEndFrame] = []
+
+    async def process_frame(self, frame: Frame, upstream: bool) -> None:
+        if isinstance(frame, AgentStartedFrame | AgentStoppedFrame):
+            self.agent_speaking = isinstance(frame, AgentStartedFrame)
+            return  # consumed: the caller side only needs the floor state
+        if isinstance(frame, StartFrame):
+            self.lang = frame.lang or self.lang
+        elif isinstance(frame, SpeechStartFrame):
+            if self.agent_speaking:
+                await self.push(InterruptionFrame(t=frame.t))
+            self.quiet_since = None
+            if not self.in_turn:
+                self.in_turn, self.turn, self.latest = True, self.turn + 1, None
+        elif isinstance(frame, AudioFrame):
+            self.now = max(self.now, frame.end)
+            if frame.prob is not None and frame.prob >= self.rules.quiet_prob:
+                self.quiet_since = None
+            elif self.in_turn and self.quiet_since is None:
+                self.quiet_since = frame.t
+            await self._check()
+            return
+        elif isinstance(frame, TranscriptFrame):
+            if frame.turn == self.turn and not frame.final:
+                self.latest = frame
+                self.lang = frame.lang
+                await self._check()
+        elif isinstance(frame, EndFrame) and self.in_turn:
+            await self._end("end")
+        elif isinstance(frame, SpeechStopFrame) and self.quiet_since is None:
+            self.quiet_since = frame.t
+        await self.push(frame, upstream)
+
+    def covering(self) -> TranscriptFrame | None:
+        """The latest partial if it covers the audio up to where the silence began."""
+        t = self.latest
+        if t is None or self.quiet_since is None:
+            return None
+        return t if t.until >= self.quiet_since - self.rules.cover_s else None
+
+    async def _check(self) -> None:
+        if not self.in_turn or self.quiet_since is None:
+            return
+        silence_ms = (self.now - self.quiet_since) * 1000.0
+        covering = self.covering()
+        c = cue(covering.text) if covering is not None else None
+        if silence_ms >= self.rules.wait_ms(c):
+            await self._end(c or "timeout")
+
+    async def _end(self, rule: str) -> None:
+        latest = self.covering() or self.latest
+        stopped = self.quiet_since if self.quiet_since is not None else self.now
+        ev = TurnEndFrame(
+            turn=self.turn,
+            text=latest.text if latest else "",
+            lang=latest.lang if latest else self.lang,
+            t=stopped,
+            decided_t=self.now,
+            rule=rule,
+        )
+        self.in_turn, self.latest = False, None
+        self.ended.append(ev)
+        await self.push(ev, upstream=True)  # the ASR decodes the final transcript
+        await self.push(ev)

@@ -1,0 +1,170 @@
+"""Voice activity: the Silero VAD (ONNX, from the ``silero-vad`` package) and its stage.
+
+:class:`SileroVAD` is a plain synchronous model: ``prob(chunk)`` scores one 512-sample chunk
+(32 ms at 16 kHz), carrying the recurrent state and the 64-sample context of the previous
+chunk, as Silero's own wrapper does. The package is located, never imported: importing
+``silero_vad`` pulls in torch. :class:`SpeechTracker` turns probabilities into speech
+start/stop events with a start threshold, a lower stop threshold and a hang-over.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rtgate.apps.voice.frames import (
+    RATE,
+    AudioFrame,
+    Frame,
+    Pcm,
+    SpeechStartFrame,
+    SpeechStopFrame,
+    StartFrame,
+)
+from rtgate.apps.voice.pipeline import Stage
+from rtgate.errors import ConfigError, InvalidRequest
+
+__all__ = ["CHUNK", "SileroVAD", "SpeechTracker", "VADStage", "silero_model_path"]
+
+CHUNK = 512  # samples per VAD step at 16 kHz
+_CONTEXT = 64
+
+
+def silero_model_path() -> Path:
+    """Path of ``silero_vad.onnx`` inside the installed ``silero-vad`` package."""
+    spec = importlib.util.find_spec("silero_vad")  # locate, never import: it pulls torch
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(loc) / "data" / "silero_vad.onnx"
+        if path.is_file():
+            return path
+    raise ConfigError("silero_vad.onnx not found: pip install --no-deps silero-vad")
+
+
+class SileroVAD:
+    """Speech probability of 32 ms chunks of 16 kHz audio."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(
+            str(path or silero_model_path()), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
+        self._sr = np.array(RATE, dtype=np.int64)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the state and context (a new call)."""
+        self._state = np.zeros((2, 1, 128), dtype=np.float32)
+        self._context = np.zeros((1, _CONTEXT), dtype=np.float32)
+
+    def prob(self, chunk: Pcm) -> float:
+        """Speech probability of exactly ``CHUNK`` samples following the previous chunk."""
+        if chunk.shape != (CHUNK,):
+            raise InvalidRequest(f"VAD chunks are {CHUNK} samples, got shape {chunk.shape}")
+        x = np.concatenate([self._context, chunk.reshape(1, CHUNK).astype(np.float32)], axis=1)
+        out, self._state = self.session.run(
+            None, {"input": x, "state": self._state, "sr": self._sr}
+        )
+        self._context = x[:, -_CONTEXT:]
+        return float(out[0, 0])
+
+
+@dataclass(slots=True)
+class SpeechTracker:
+    """Speech start/stop from chunk probabilities.
+
+    Speech starts at the first chunk at or above ``start`` (one chunk: barge-in must be
+    fast). It stops once the probability has stayed below ``stop`` for ``hangover_ms``;
+    the stop time reported is when that silence began.
+    """
+
+    start: float = 0.5
+    stop: float = 0.35
+    hangover_ms: float = 64.0
+    speaking: bool = False
+    _silent_since: float | None = None
+
+    def update(
+        self, t: float, prob: float, dur: float = CHUNK / RATE
+    ) -> SpeechStartFrame | SpeechStopFrame | None:
+        """Feed the step (``dur`` s) starting at audio time ``t``; return an event if any."""
+        if not self.speaking:
+            if prob >= self.start:
+                self.speaking, self._silent_since = True, None
+                return SpeechStartFrame(t=t)
+            return None
+        if prob >= self.stop:
+            self._silent_since = None
+            return None
+        if self._silent_since is None:
+            self._silent_since = t
+        if (t + dur - self._silent_since) * 1000.0 >= self.hangover_ms:
+            self.speaking = False
+            return SpeechStopFrame(t=self._silent_since)
+        return None
+
+    @property
+    def silent_since(self) -> float | None:
+        """Start of the silence now running inside speech (before the hang-over ends)."""
+        return self._silent_since
+
+
+class VADStage(Stage):
+    """Scores caller audio, forwards it with ``prob`` set, and emits speech start/stop
+    control frames. Audio policy: drop the oldest when 64 frames wait.
+
+    With a ``twin`` model the stage runs two Silero streams offset by 16 ms: each still sees
+    contiguous 512-sample chunks (its state stays valid), and together they give a fresh
+    probability every 16 ms, which takes ~16 ms off the time to notice a barge-in.
+    """
+
+    name = "vad"
+    policy = "drop_oldest"
+
+    def __init__(
+        self, vad: SileroVAD, tracker: SpeechTracker | None = None, twin: SileroVAD | None = None
+    ) -> None:
+        super().__init__()
+        self.vads = [vad] if twin is None else [twin, vad]
+        self.hop = CHUNK // len(self.vads)
+        self.tracker = tracker or SpeechTracker()
+        self._reset()
+
+    def _reset(self) -> None:
+        for v in self.vads:
+            v.reset()
+        self.tracker.speaking = False
+        self._window = np.zeros(CHUNK, dtype=np.float32)  # the last CHUNK samples
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._t = 0.0  # audio time of _pending[0]
+        self._steps = 0
+
+    async def process_frame(self, frame: Frame, upstream: bool) -> None:
+        if isinstance(frame, StartFrame):
+            self._reset()
+            await self.push(frame, upstream)
+            return
+        if not isinstance(frame, AudioFrame):
+            await self.push(frame, upstream)
+            return
+        if not len(self._pending):
+            self._t = frame.t
+        self._pending = np.concatenate([self._pending, frame.pcm.astype(np.float32)])
+        hop = self.hop
+        while len(self._pending) >= hop:
+            piece, self._pending = self._pending[:hop], self._pending[hop:]
+            self._window = np.concatenate([self._window[hop:], piece])
+            t = self._t
+            self._t += hop / RATE
+            prob = self.vads[self._steps % len(self.vads)].prob(self._window)
+            self._steps += 1
+            event = self.tracker.update(t, prob, hop / RATE)
+            if event is not None:
+                await self.push(event)
+            await self.push(AudioFrame(pcm=piece, t=t, prob=prob))

@@ -1,0 +1,122 @@
+"""The agent end to end on real models: ack before answer, follow-up after; barge-in."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from rtgate.apps.voice.agent import (
+    AgentStage,
+    ack_units,
+    needs_big_model,
+    split_sentences,
+)
+from rtgate.apps.voice.bench import Clip
+from rtgate.apps.voice.frames import RATE, AgentAudioFrame, AgentTextFrame, Pcm
+from rtgate.apps.voice.session import VoiceCall, VoiceModels
+from rtgate.apps.voice.transport import RecordingOut
+from rtgate.gate import Gate
+
+session = pytest.mark.asyncio(loop_scope="session")
+
+
+def test_sentence_splitting_ack_length_and_big_model_questions() -> None:
+    done, rest = split_sentences("您好。请稍等，我帮您查一下余额和本月的流量，马上")
+    assert done == ["您好。", "请稍等，我帮您查一下余额和本月的流量，"] and rest == "马上"
+    assert split_sentences("Sure. One sec")[0] == ["Sure."]
+    assert ack_units("好的，我帮您查一下。") == 8 and ack_units("Sure, let me check.") == 4
+    assert needs_big_model("如果我这个月退订套餐，已经交的月费怎么退呢？")
+    assert needs_big_model("What is your refund policy?")
+    assert not needs_big_model("请问我的话费余额还有多少？")
+
+
+class Watched(RecordingOut):
+    """A recording output that signals its first chunk and each barge-in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.playing = asyncio.Event()
+        self.cleared = asyncio.Event()
+
+    def write(self, pcm: Pcm, frame: AgentAudioFrame) -> None:
+        super().write(pcm, frame)
+        self.playing.set()
+
+    def clear(self) -> None:
+        super().clear()
+        self.cleared.set()
+
+
+def pad(pcm: np.ndarray, after: float) -> np.ndarray:
+    return np.concatenate(
+        [np.zeros(RATE // 4, np.float32), pcm, np.zeros(int(after * RATE), np.float32)]
+    )
+
+
+@pytest.mark.slow
+@session
+async def test_ack_comes_first_answer_next_followup_last(
+    models: VoiceModels, clips: dict[str, Clip]
+) -> None:
+    out = RecordingOut()
+    async with VoiceCall(models, out, pace_out=False, live=False, lang="zh") as call:
+        await call.feed(pad(clips["zh_refund"].pcm, 1.2), pace=False)
+        await call.finish()
+    said = [
+        (f.kind, f.text)
+        for _, s, f in call.events
+        if s == "agent" and isinstance(f, AgentTextFrame) and f.text
+    ]
+    kinds = [k for k, _ in said]
+    assert kinds[0] == "ack" and ack_units(said[0][1]) <= 8
+    assert "answer" in kinds and "followup" in kinds
+    assert kinds.index("answer") < kinds.index("followup")
+    assert said[kinds.index("followup")][1].startswith("补充一下")
+    played = [c.kind for c in out.chunks]
+    assert played[0] == "ack" and played[-1] == "followup"  # and audio in the same order
+    attempts = [a["tier"] for a in call.agent.traces[1]["attempts"]]
+    assert attempts == ["local"]  # the in-line answer never involves the cloud tier
+    assert call.agent.followups[1]["tier"] == "cloud" and call.agent.followups[1]["spoken"]
+
+
+@pytest.mark.slow
+@session
+async def test_bargein_stops_audio_cancels_generation_keeps_context(
+    models: VoiceModels, clips: dict[str, Clip]
+) -> None:
+    out = Watched()
+    async with VoiceCall(models, out, live=False, lang="zh") as call:
+        await call.feed(pad(clips["zh_balance"].pcm, 1.0), pace=False)
+        await out.playing.wait()  # the acknowledgement is playing
+        answer = call.agent._answer
+        await call.feed(pad(clips["zh_bargein"].pcm, 1.0), pace=False)
+        await out.cleared.wait()
+        stopped = len(out.chunks)
+        assert call.output.stops and not call.output.playing
+        if answer is not None:
+            await asyncio.wait([answer])
+            # in flight at the barge-in: cancelled; already finished: left alone
+            assert answer.cancelled() == (call.agent.cancelled == 1)
+        await call.finish()
+    assert call.turns.turn == 2
+    assert [m.role for m in call.agent.history][:2] == ["user", "assistant"]
+    assert "余额" in call.agent.history[0].content or "多少" in call.agent.history[0].content
+    turn1_after = [c for c in out.chunks[stopped:] if c.turn == 1]
+    assert not turn1_after  # nothing of the interrupted turn played after the stop
+
+
+def test_history_keeps_everything_but_prompts_only_finished_answers() -> None:
+    agent = AgentStage(Gate([]), Gate([]), history_turns=2)
+    agent.turn_text = {1: "余额多少？", 2: "套餐呢？", 3: "等一下"}
+    agent.said = {1: ["好的。", "还有50元。"], 2: ["好的。", "有三种"], 3: ["好的，您请说。"]}
+    agent.answers = {1: ["还有50元。"], 2: ["有三种"]}
+    agent.interrupted = {2}
+    assert [m.content for m in agent.history] == [
+        "套餐呢？", "好的。 有三种 …", "等一下", "好的，您请说。",
+    ]  # fmt: skip
+    prompt = agent.history_before(3, prompt=True)
+    assert [(m.role, m.content) for m in prompt] == [
+        ("user", "余额多少？"), ("assistant", "还有50元。"), ("user", "套餐呢？"),
+    ]  # fmt: skip

@@ -1,0 +1,99 @@
+"""Turn-taking: transcript cues set the silence needed; speech over the agent barges in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rtgate.apps.voice.frames import (
+    AgentStartedFrame,
+    AudioFrame,
+    EndFrame,
+    Frame,
+    InterruptionFrame,
+    SpeechStartFrame,
+    SpeechStopFrame,
+    TranscriptFrame,
+    TurnEndFrame,
+)
+from rtgate.apps.voice.pipeline import Pipeline
+from rtgate.apps.voice.turns import TurnRules, TurnStage, cue
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("请问我的话费余额还有多少？", "question"),
+        ("上个月的账单一共是多少钱", "question"),
+        ("有推荐的吗", "question"),
+        ("我想问一下那个", None),
+        ("然后", None),
+        ("我家里的信号最近特别差。", "clause"),
+        ("What is my current balance?", "question"),
+        ("Can I switch to a plan with more data", "question"),
+        ("So I was wondering if", None),
+        ("I would like to ask about the...", None),
+        ("My internet has been down since Monday.", "clause"),
+        ("", None),
+    ],
+)
+def test_cues(text: str, expected: str | None) -> None:
+    assert cue(text) == expected
+
+
+def silence(t: float, seconds: float) -> list[AudioFrame]:
+    n = int(seconds / 0.032)
+    return [AudioFrame(pcm=np.zeros(512, np.float32), t=t + i * 0.032, prob=0.01) for i in range(n)]
+
+
+async def run(frames: list[Frame]) -> tuple[TurnStage, list[Frame]]:
+    stage = TurnStage(TurnRules(question_ms=100, clause_ms=400, timeout_ms=900))
+    out: list[Frame] = []
+    async with Pipeline([stage], sink=out.append) as p:
+        for f in frames:
+            await p.put(f)
+        await p.put(EndFrame())
+        await p.wait()
+    return stage, out
+
+
+def partial(text: str, until: float) -> TranscriptFrame:
+    return TranscriptFrame(turn=1, text=text, lang="zh", until=until)
+
+
+async def test_a_question_ends_the_turn_after_a_short_silence() -> None:
+    frames: list[Frame] = [SpeechStartFrame(t=0.0), SpeechStopFrame(t=2.0)]
+    frames += [partial("请问我的话费余额还有多少？", until=2.05), *silence(2.0, 0.3)]
+    _stage, out = await run(frames)
+    ends = [f for f in out if isinstance(f, TurnEndFrame)]
+    assert len(ends) == 1 and ends[0].rule == "question"
+    assert 0.1 <= ends[0].decided_t - 2.0 < 0.2
+
+
+async def test_a_trailing_clause_waits_and_speech_resuming_keeps_the_turn() -> None:
+    frames: list[Frame] = [SpeechStartFrame(t=0.0), SpeechStopFrame(t=1.0)]
+    frames += [partial("我想问一下那个", until=1.05), *silence(1.0, 0.7)]
+    frames += [SpeechStartFrame(t=1.7), SpeechStopFrame(t=3.0)]
+    frames += [partial("我想问一下那个，上个月的账单是多少钱？", until=3.1), *silence(3.0, 0.3)]
+    _stage, out = await run(frames)
+    ends = [f for f in out if isinstance(f, TurnEndFrame)]
+    assert [e.rule for e in ends] == ["question"]  # no cut-in during the 0.7 s pause
+    assert ends[0].t == 3.0 and "账单" in ends[0].text
+
+
+async def test_a_stale_transcript_is_not_trusted_and_times_out() -> None:
+    frames: list[Frame] = [SpeechStartFrame(t=0.0), SpeechStopFrame(t=2.0)]
+    frames += [partial("请问我的话费", until=1.2), *silence(2.0, 1.0)]  # ends before speech did
+    _, out = await run(frames)
+    ends = [f for f in out if isinstance(f, TurnEndFrame)]
+    assert [e.rule for e in ends] == ["timeout"]
+    assert ends[0].decided_t - 2.0 >= 0.9
+
+
+async def test_speech_while_the_agent_talks_is_a_bargein() -> None:
+    frames: list[Frame] = [AgentStartedFrame(), SpeechStartFrame(t=5.0)]
+    _stage, out = await run(frames)
+    assert isinstance(out[0], InterruptionFrame) and out[0].t == 5.0
+    assert isinstance(out[1], SpeechStartFrame)
+    _, quiet = await run([SpeechStartFrame(t=5.0)])
+    assert not any(isinstance(f, InterruptionFrame) for f in quiet)
