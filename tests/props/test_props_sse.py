@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,12 +79,6 @@ _chunkish = st.fixed_dictionaries(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in rtgate.backends.openai_compat._interpret: a non-list 'choices' "
-    "(e.g. {'choices': true}) raises TypeError/KeyError instead of BackendProtocolError; "
-    "remove this marker when fixed",
-)
 @settings(max_examples=400, deadline=None)
 @given(
     st.one_of(_chunkish.map(json.dumps), _json.map(json.dumps), st.text(max_size=40)),

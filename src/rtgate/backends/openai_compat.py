@@ -188,6 +188,8 @@ def _interpret(ev: SSEEvent) -> tuple[str, bool] | None:
     if not isinstance(obj, dict):
         raise BackendProtocolError(f"stream chunk is not an object: {ev.data[:200]!r}")
     choices = obj.get("choices") or []
+    if not isinstance(choices, list):
+        raise BackendProtocolError(f"'choices' is not a list: {ev.data[:200]!r}")
     if not choices:
         return "", False  # e.g. a usage-only chunk
     choice = choices[0]
