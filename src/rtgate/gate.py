@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -28,6 +27,7 @@ from typing import Any, Literal
 from rtgate.budget import Budget, use_budget
 from rtgate.delegate.base import Job, JobQueue, JobStore, new_job_id
 from rtgate.delegate.inprocess import InProcessQueue
+from rtgate.delegate.runner import run_tier_job
 from rtgate.errors import Declined, QueueFull
 from rtgate.latency import LatencyModel, Prior
 from rtgate.metrics import GateMetrics
@@ -194,7 +194,7 @@ class Gate:
         self._hedges = 0.0  # exponentially weighted share of requests that hedged
         self._background: set[asyncio.Future[Any]] = set()
         self._last_probe: dict[str, float] = {}
-        self._job_tasks: dict[str, asyncio.Task[None]] = {}
+        self._job_tasks: dict[str, asyncio.Future[None]] = {}
         self._probing: set[str] = set()
         self._started = False
 
@@ -695,56 +695,14 @@ class Gate:
 
     async def _run_job(self, job: Job, store: bool = True) -> None:
         """Run a delegated job to completion in the background (the queue's runner)."""
-        tier = self.by_name[job.tier]
-        budget = Budget(job.budget_ms)
-        t0 = budget.clock()
-        first: float | None = None
-        parts: list[Piece] = []
         if job.status == "cancelled":  # cancelled while it waited in the queue
             return
-        job.status = "running"
+        tier = self.by_name[job.tier]
         self.metrics.queue_depth.set(self.queue.depth)
-
-        async def consume() -> None:
-            nonlocal first
-            with use_budget(budget):
-                async with asyncio.timeout_at(budget.deadline):
-                    async for p in tier.stream(job.request, budget):
-                        if first is None:
-                            first = budget.clock()
-                        parts.append(_as_piece(p))
-
-        inner = asyncio.ensure_future(consume())
-        if store:
-            self._job_tasks[job.id] = inner
+        track = (lambda task: self._job_tasks.__setitem__(job.id, task)) if store else None
         try:
-            await inner
-            job.status = "done"
-        except asyncio.CancelledError:
-            me = asyncio.current_task()
-            if inner.cancelled() and (me is None or not me.cancelling()):
-                job.status, job.error = "cancelled", "cancelled by the caller"
-            else:
-                inner.cancel()
-                job.status, job.error = "failed", "cancelled"
-                raise
-        except TimeoutError:
-            job.status, job.error = "failed", f"no answer within {job.budget_ms:.0f} ms"
-        except Declined as e:
-            job.status, job.error = "failed", f"declined: {e}"
-        except Exception as e:
-            job.status, job.error = "failed", f"{type(e).__name__}: {e}"
+            await run_tier_job(tier, job, self.models[tier.name], track)
         finally:
-            end = budget.clock()
-            job.text = "".join(p.text for p in parts)
-            job.data = [p.data for p in parts if p.data is not None]
-            job.ttft_ms = None if first is None else (first - t0) * 1000.0
-            job.elapsed_ms = (end - t0) * 1000.0
-            job.finished = time.time()
-            if job.status == "done" and first is not None:
-                self.models[tier.name].observe(job.ttft_ms or 0.0, job.elapsed_ms)
-            elif job.error and job.error.startswith("no answer within"):
-                self.models[tier.name].observe_cutoff(job.elapsed_ms)
             if store:
                 self._job_tasks.pop(job.id, None)
                 self.metrics.delegated(tier.name, job.status)
