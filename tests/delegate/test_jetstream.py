@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 from collections.abc import Callable
 
 import pytest
+from delegate_helpers import cloud_tier, eventually, idle_runner, job
 
-from rtgate.delegate.base import Job, JobStore, new_job_id
+from rtgate.delegate.base import Job, JobStore
 from rtgate.delegate.broker import REFUSED
 from rtgate.delegate.jetstream import DURABLE, JetStreamQueue
 from rtgate.delegate.runner import TierRunner
@@ -20,27 +20,6 @@ from rtgate.tiers.base import Request
 from rtgate.tiers.fake import FakeTier
 
 Make = Callable[..., JetStreamQueue]
-
-
-def job(text: str = "why?") -> Job:
-    return Job(new_job_id(), "cloud", Request(input=text), 5_000.0)
-
-
-def cloud_tier() -> FakeTier:
-    return FakeTier("cloud", 3, ["deep ", "answer"], delegable=True)
-
-
-async def idle_runner(job: Job) -> None:
-    raise AssertionError("a gate-side queue runs no jobs")
-
-
-async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Wait for state that another party (the broker, a worker) changes."""
-    async with asyncio.timeout(timeout_s):
-        for _ in itertools.count():
-            if check():
-                return
-            await asyncio.sleep(0.005)
 
 
 async def test_gate_delegates_through_jetstream_and_a_worker_answers(make_nats: Make) -> None:
