@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,8 @@ from rtgate.apps.voice.frames import (
 from rtgate.apps.voice.pipeline import Pipeline
 from rtgate.apps.voice.turns import TurnRules, TurnStage, cue
 
+RULES = TurnRules(question_ms=100, clause_ms=400, complete_ms=200, complete_p=0.6, timeout_ms=900)
+
 
 @pytest.mark.parametrize(
     ("text", "expected"),
@@ -34,6 +38,14 @@ from rtgate.apps.voice.turns import TurnRules, TurnStage, cue
         ("So I was wondering if", None),
         ("I would like to ask about the...", None),
         ("My internet has been down since Monday.", "clause"),
+        # a subordinate clause is not a turn until its main clause comes
+        ("如果我这个月退订套餐", None),
+        ("如果我这个月退订套餐，已经交的月费怎么退？", "question"),
+        ("因为我下个月要出国，", None),
+        ("If I cancel my contract this month.", None),
+        ("When I call you, it drops.", "clause"),
+        ("When I call you", None),
+        ("When does the store close", "question"),
         ("", None),
     ],
 )
@@ -47,7 +59,7 @@ def silence(t: float, seconds: float) -> list[AudioFrame]:
 
 
 async def run(frames: list[Frame]) -> tuple[TurnStage, list[Frame]]:
-    stage = TurnStage(TurnRules(question_ms=100, clause_ms=400, timeout_ms=900))
+    stage = TurnStage(RULES)
     out: list[Frame] = []
     async with Pipeline([stage], sink=out.append) as p:
         for f in frames:
@@ -97,3 +109,63 @@ async def test_speech_while_the_agent_talks_is_a_bargein() -> None:
     assert isinstance(out[1], SpeechStartFrame)
     _, quiet = await run([SpeechStartFrame(t=5.0)])
     assert not any(isinstance(f, InterruptionFrame) for f in quiet)
+
+
+class FakeEndOfTurn:
+    """Scores from a table; ``scored`` is set once a score was handed out."""
+
+    def __init__(self, table: dict[str, float]) -> None:
+        self.table = table
+        self.asked: list[str] = []
+        self.scored = asyncio.Event()
+
+    async def p_end(self, text: str, lang: str) -> float | None:
+        self.asked.append(text)
+        self.scored.set()
+        return self.table.get(text)
+
+
+async def run_scored(eot: FakeEndOfTurn, text: str) -> tuple[TurnStage, list[TurnEndFrame]]:
+    """A clause partial, then (once scored) 0.7 s of silence; the turn ends somewhere."""
+    stage = TurnStage(RULES, eot=eot)
+    out: list[Frame] = []
+    async with Pipeline([stage], sink=out.append) as p:
+        await p.put(SpeechStartFrame(t=0.0))
+        await p.put(SpeechStopFrame(t=2.0))
+        await p.put(partial(text, until=2.0))
+        await asyncio.wait_for(eot.scored.wait(), 5.0)
+        for f in silence(2.0, 0.7):
+            await p.put(f)
+        await p.put(EndFrame())
+        await p.wait()
+    return stage, [f for f in out if isinstance(f, TurnEndFrame)]
+
+
+async def test_a_clause_read_as_finished_ends_sooner() -> None:
+    eot = FakeEndOfTurn({"等一下我换个问题": 0.8})
+    _stage, ends = await run_scored(eot, "等一下我换个问题")
+    assert eot.asked == ["等一下我换个问题"]
+    assert [e.rule for e in ends] == ["complete"]
+    assert 0.2 <= ends[0].decided_t - 2.0 < 0.3
+
+
+async def test_a_clause_read_as_unfinished_waits_the_clause_silence() -> None:
+    eot = FakeEndOfTurn({"我家里的信号最近特别差": 0.35})
+    _stage, ends = await run_scored(eot, "我家里的信号最近特别差")
+    assert [e.rule for e in ends] == ["clause"]
+    assert ends[0].decided_t - 2.0 >= 0.4
+
+
+async def test_no_score_leaves_the_rule_alone_and_questions_are_not_scored() -> None:
+    eot = FakeEndOfTurn({})  # the model had no opinion (busy, late)
+    _stage, ends = await run_scored(eot, "我家里的信号最近特别差")
+    assert [e.rule for e in ends] == ["clause"] and ends[0].decided_t - 2.0 >= 0.4
+    asked = FakeEndOfTurn({})
+    stage = TurnStage(RULES, eot=asked)
+    async with Pipeline([stage], sink=lambda f: None) as p:
+        await p.put(SpeechStartFrame(t=0.0))
+        await p.put(partial("请问我的话费余额还有多少？", until=1.0))
+        await p.put(partial("我想问一下那个", until=1.5))
+        await p.put(EndFrame())
+        await p.wait()
+    assert asked.asked == []  # a question ends fast anyway; a fragment never ends early

@@ -240,10 +240,12 @@ async def _serial(models: VoiceModels, clips: list[Clip], hangover_ms: float) ->
     return out
 
 
-async def _run(calls: int, seed: int, asr_model: str, serial_hangover_ms: float) -> dict[str, Any]:
+async def _run(
+    calls: int, seed: int, asr_model: str, serial_hangover_ms: float, semantic_turns: bool
+) -> dict[str, Any]:
     rng = random.Random(seed)
     clips = load_clips()
-    cfg = VoiceConfig(asr_model=asr_model)
+    cfg = VoiceConfig(asr_model=asr_model, semantic_turns=semantic_turns)
     total = CallResult()
     async with VoiceModels(cfg) as models:
         for n in range(calls):
@@ -278,6 +280,7 @@ async def _run(calls: int, seed: int, asr_model: str, serial_hangover_ms: float)
         "bargeins": len(total.bargein_stop_ms),
         "missed_bargeins": total.missed_bargeins,
         "asr_model": asr_model,
+        "semantic_turns": semantic_turns,
         "llm": cfg.llm,
         "cloud": "emulated cloud-70b (local model + CLOUD_70B latency)",
         "turn_end_rules": {k: total.rules.count(k) for k in sorted(set(total.rules))},
@@ -296,7 +299,11 @@ async def _run(calls: int, seed: int, asr_model: str, serial_hangover_ms: float)
 
 
 def run(
-    calls: int = 12, seed: int = 0, asr_model: str = "auto", serial_hangover_ms: float = 700.0
+    calls: int = 12,
+    seed: int = 0,
+    asr_model: str = "auto",
+    serial_hangover_ms: float = 700.0,
+    semantic_turns: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report."""
-    return asyncio.run(_run(calls, seed, asr_model, serial_hangover_ms))
+    return asyncio.run(_run(calls, seed, asr_model, serial_hangover_ms, semantic_turns))

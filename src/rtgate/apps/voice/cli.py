@@ -96,12 +96,15 @@ def bench_voice(
     json_out: Path | None = typer.Option(None, "--json", help="write the report here"),
     seed: int = typer.Option(0, help="random seed of the call scripts"),
     asr: str = typer.Option("auto", help="Whisper: auto (tiny.en for English), base, tiny.en"),
+    semantic_turns: bool = typer.Option(
+        True, help="score complete-looking clauses with the local model (off: the ablation)"
+    ),
 ) -> None:
     """Simulated calls: first audio after end of speech, barge-in stop, cut-ins, and the
     serial ASR → LLM → TTS baseline, measured in the same run."""
     from rtgate.apps.voice.bench import run as run_bench
 
-    report = run_bench(calls=calls, seed=seed, asr_model=asr)
+    report = run_bench(calls=calls, seed=seed, asr_model=asr, semantic_turns=semantic_turns)
     table = Table(title=f"voice bench: {report['calls']} calls, {report['turns']} turns")
     table.add_column("metric")
     table.add_column("p50", justify="right")

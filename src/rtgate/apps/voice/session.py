@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtgate.apps.voice.agent import AgentStage
 from rtgate.apps.voice.asr import ASRStage, WhisperASR
+from rtgate.apps.voice.eot import EndOfTurn, LMEndOfTurn
 from rtgate.apps.voice.frames import (
     RATE,
     AgentTextFrame,
@@ -40,6 +41,9 @@ from rtgate.apps.voice.turns import TurnRules, TurnStage
 from rtgate.apps.voice.vad import SileroVAD, SpeechTracker, VADStage
 from rtgate.gate import Gate, GateConfig
 from rtgate.tiers.base import Tier
+
+if TYPE_CHECKING:
+    from rtgate.backends.llamacpp import LlamaCppBackend
 
 __all__ = ["VoiceCall", "VoiceConfig", "VoiceModels", "data_path"]
 
@@ -62,6 +66,8 @@ class VoiceConfig:
     llm_threads: int = 1
     piper: bool = True
     vad_hangover_ms: float = 64.0
+    # the local model scores complete-looking clauses as finished turns or not (eot.py)
+    semantic_turns: bool = True
     rules: TurnRules = field(default_factory=TurnRules)
     ack_budget_ms: float = 250.0
     answer_budget_ms: float = 2500.0
@@ -69,7 +75,7 @@ class VoiceConfig:
     answer_tokens: int = 40
 
 
-def _tiers(cfg: VoiceConfig) -> tuple[list[Tier], list[Tier], list[Tier]]:
+def _tiers(cfg: VoiceConfig) -> tuple[list[Tier], list[Tier], list[Tier], LlamaCppBackend]:
     """Tiers of the ack, answer and deep gates: templates + the local model; the local
     model; the cloud tier (the local model behind ``CLOUD_70B`` latency: named emulation)."""
     from rtgate.backends.llamacpp import LlamaCppBackend
@@ -99,7 +105,7 @@ def _tiers(cfg: VoiceConfig) -> tuple[list[Tier], list[Tier], list[Tier]]:
     )
     deep = LLMTier(backend, name="cloud", quality=90, delegable=True, few_shot=few("answer"))
     cloud = EmulatedLatency(deep, CLOUD_70B, name="cloud")  # named emulation of a 70B model
-    return [templates, ack_local], [local], [cloud]
+    return [templates, ack_local], [local], [cloud], backend
 
 
 class VoiceModels:
@@ -113,6 +119,7 @@ class VoiceModels:
         self.ack_gate: Gate | None = None
         self.answer_gate: Gate | None = None
         self.deep_gate: Gate | None = None
+        self.eot: EndOfTurn | None = None
 
     async def __aenter__(self) -> VoiceModels:
         cfg = self.cfg
@@ -121,7 +128,9 @@ class VoiceModels:
         if cfg.asr_model == "auto":
             self.asr_en = await asyncio.to_thread(WhisperASR, "tiny.en", cfg.asr_threads)
         self.tts = VoiceTTS(piper=cfg.piper)
-        ack_tiers, answer_tiers, deep_tiers = _tiers(cfg)
+        ack_tiers, answer_tiers, deep_tiers, backend = _tiers(cfg)
+        if cfg.semantic_turns:
+            self.eot = LMEndOfTurn(backend)
         self.ack_gate = Gate(ack_tiers, config=GateConfig(delegate=False))
         self.answer_gate = Gate(answer_tiers, config=GateConfig(delegate=False))
         self.deep_gate = Gate(deep_tiers)
@@ -200,7 +209,7 @@ class VoiceCall:
             answer_budget_ms=cfg.answer_budget_ms,
             answer_tokens=cfg.answer_tokens,
         )
-        self.turns = TurnStage(cfg.rules)
+        self.turns = TurnStage(cfg.rules, eot=models.eot)
         self.output = OutputStage(self.out, pace=pace_out, lead_s=lead_s)
         self.listener = listener
         stages: list[Stage] = [

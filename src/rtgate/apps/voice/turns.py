@@ -7,9 +7,11 @@ transcript that covers the end of speech (:func:`cue`):
 - ``question``: a question particle or word (吗/呢/吧/？/多少/几/什么…, "?", a wh-/aux
   opening) and not trailing off: the shortest wait;
 - ``clause``: a complete-looking clause (final punctuation, or long enough and not ending in
-  a connective or filler): a medium wait;
-- ``None``: trailing off (那个/然后/就是…, "and"/"the"/"if"…) or no covering transcript
-  yet: wait up to the timeout.
+  a connective or filler): a medium wait, shortened when the local model reads the clause
+  as a finished turn (:mod:`rtgate.apps.voice.eot`, rule ``complete``);
+- ``None``: trailing off (那个/然后/就是…, "and"/"the"/"if"…), a subordinate clause still
+  waiting for its main clause (如果…/因为…/"if…"/"when…" with no comma yet), or no covering
+  transcript yet: wait up to the timeout.
 
 Caller speech while the agent is talking is a barge-in: the stage sends an
 :class:`~rtgate.apps.voice.frames.InterruptionFrame` down at once.
@@ -17,10 +19,12 @@ Caller speech while the agent is talking is a barge-in: the stage sends an
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from typing import Literal
 
+from rtgate.apps.voice.eot import EndOfTurn
 from rtgate.apps.voice.frames import (
     AgentStartedFrame,
     AgentStoppedFrame,
@@ -56,6 +60,15 @@ _EN_QUESTION = {
     "what", "how", "when", "where", "why", "who", "which", "can", "could", "do", "does", "did",
     "is", "are", "will", "would", "should", "may", "have", "has",
 }  # fmt: skip
+# openers of a subordinate clause: until a comma brings the main clause, the caller is not done
+_ZH_SUBORDINATE = (
+    "如果", "要是", "假如", "假设", "万一", "因为", "由于", "虽然", "尽管", "即使", "就算",
+    "只要", "除非", "既然", "等到", "当",
+)  # fmt: skip
+_EN_SUBORDINATE = {
+    "if", "when", "because", "although", "though", "while", "since", "unless", "once",
+    "whenever", "before", "after",
+}  # fmt: skip
 _EN_ASK = re.compile(
     r"\b((could|can|would|will) you|wondering (if|whether)|tell me|how (much|many|long))\b"
 )
@@ -75,16 +88,28 @@ def cue(text: str) -> Cue | None:
         last = re.split(r"[，,。！？!?；;]", core)[-1]
         if raw.endswith(("？", "?")) or _ZH_QUESTION.search(last):
             return "question"
+        sentence = re.split(r"[。！？!?；;]", core)[-1]
+        if sentence.startswith(_ZH_SUBORDINATE) and not re.search(r"[，,]", sentence):
+            return None
         if raw[-1] in "。！!." or len(core) >= 6:
             return "clause"
         return None
     words = re.findall(r"[a-z']+", core.lower())
     if not words or words[-1] in _EN_TRAIL:
         return None
-    sentence = re.split(r"[.!?]\s+", core.lower())[-1].split()
+    tail = re.split(r"[.!?]\s+", core.lower())[-1]
+    sentence = tail.split()
+    # "when" opens a question ("when does it close") or a subordinate clause ("when I call, …")
+    subordinate = bool(sentence) and sentence[0].strip(",") in _EN_SUBORDINATE
+    if subordinate and sentence[0] == "when" and len(sentence) > 1:
+        subordinate = sentence[1] not in _EN_QUESTION  # "when does…" asks, "when I…" doesn't
     opens = bool(sentence) and sentence[0] in _EN_QUESTION and len(words) >= 3
-    if raw.endswith("?") or opens or _EN_ASK.search(core.lower()):
+    if raw.endswith("?") or (opens and not subordinate):
         return "question"
+    if _EN_ASK.search(core.lower()):
+        return "question"
+    if subordinate and "," not in tail:
+        return None
     if raw[-1] in ".!" or len(words) >= 4:
         return "clause"
     return None
@@ -102,29 +127,40 @@ class TurnRules:
 
     question_ms: float = 64.0
     clause_ms: float = 600.0  # pauses between clauses run 200-500 ms
+    complete_ms: float = 350.0  # a clause the local model reads as a finished turn
+    complete_p: float = 0.6  # ... with at least this probability
     timeout_ms: float = 1200.0  # trailing off ("那个…", "and…"): callers may pause a while
     quiet_prob: float = 0.5
     cover_s: float = 0.2
 
-    def wait_ms(self, c: Cue | None) -> float:
+    def wait_ms(self, c: Cue | None, p_end: float | None = None) -> float:
         if c == "question":
             return self.question_ms
-        return self.clause_ms if c == "clause" else self.timeout_ms
+        if c == "clause":
+            finished = p_end is not None and p_end >= self.complete_p
+            return self.complete_ms if finished else self.clause_ms
+        return self.timeout_ms
 
 
 class TurnStage(Stage):
     """Decides turn ends (sent down to the agent and up to the ASR) and barge-ins.
 
     Forwards transcripts and speech events; consumes caller audio (nothing below needs it).
+    With ``eot``, each partial that reads as a complete clause is scored in the background
+    (the newest partial replaces an older one still being scored).
     Audio policy: drop the oldest past 64 frames.
     """
 
     name = "turns"
     policy = "drop_oldest"
 
-    def __init__(self, rules: TurnRules | None = None) -> None:
+    def __init__(self, rules: TurnRules | None = None, eot: EndOfTurn | None = None) -> None:
         super().__init__()
         self.rules = rules or TurnRules()
+        self.eot = eot
+        self._scoring: asyncio.Task[None] | None = None
+        self._scoring_text = ""
+        self.p_end: tuple[int, str, float] | None = None  # (turn, text, p) of the latest score
         self.lang = "zh"
         self.turn = 0
         self.in_turn = False
@@ -158,6 +194,7 @@ class TurnStage(Stage):
             if frame.turn == self.turn and not frame.final:
                 self.latest = frame
                 self.lang = frame.lang
+                self._score(frame)
                 await self._check()
         elif isinstance(frame, EndFrame) and self.in_turn:
             await self._end("end")
@@ -172,14 +209,42 @@ class TurnStage(Stage):
             return None
         return t if t.until >= self.quiet_since - self.rules.cover_s else None
 
+    def _score(self, frame: TranscriptFrame) -> None:
+        if self.eot is None or cue(frame.text) != "clause":
+            return
+        busy = self._scoring is not None and not self._scoring.done()
+        if busy and self._scoring_text == frame.text:
+            return  # the same words decoded again: that score is on its way
+        if self.p_end is not None and self.p_end[:2] == (frame.turn, frame.text):
+            return
+        if self._scoring is not None:
+            self._scoring.cancel()
+        self._scoring_text = frame.text
+        self._scoring = asyncio.create_task(self._score_task(frame))
+
+    async def _score_task(self, frame: TranscriptFrame) -> None:
+        assert self.eot is not None
+        p = await self.eot.p_end(frame.text, frame.lang)
+        if p is not None:
+            self.p_end = (frame.turn, frame.text, p)
+
     async def _check(self) -> None:
         if not self.in_turn or self.quiet_since is None:
             return
         silence_ms = (self.now - self.quiet_since) * 1000.0
         covering = self.covering()
         c = cue(covering.text) if covering is not None else None
-        if silence_ms >= self.rules.wait_ms(c):
-            await self._end(c or "timeout")
+        p = None
+        if covering is not None and self.p_end is not None:
+            turn, text, score = self.p_end
+            p = score if (turn, text) == (covering.turn, covering.text) else None
+        if silence_ms >= self.rules.wait_ms(c, p):
+            finished = c == "clause" and self.rules.wait_ms(c, p) < self.rules.clause_ms
+            await self._end("complete" if finished else c or "timeout")
+
+    async def cleanup(self) -> None:
+        if self._scoring is not None:
+            self._scoring.cancel()
 
     async def _end(self, rule: str) -> None:
         latest = self.covering() or self.latest
@@ -192,7 +257,7 @@ class TurnStage(Stage):
             decided_t=self.now,
             rule=rule,
         )
-        self.in_turn, self.latest = False, None
+        self.in_turn, self.latest, self.p_end = False, None, None
         self.ended.append(ev)
         await self.push(ev, upstream=True)  # the ASR decodes the final transcript
         await self.push(ev)
