@@ -90,6 +90,27 @@ async def test_bounded_queue_rejects_the_newcomer() -> None:
         await backend.aclose()
 
 
+async def test_an_urgent_score_overtakes_queued_generations() -> None:
+    backend = LlamaCppBackend("smollm2", n_ctx=512, queue_size=4)
+    try:
+        running = backend.submit(STORY)
+        await running.__anext__()  # the worker is busy with it now
+        queued = backend.submit(Generation(prompt="Hi", max_tokens=4))
+        scored = asyncio.create_task(backend.score("The cat sat on the", [" mat"], urgent=True))
+        await asyncio.sleep(0)  # the score is queued now, behind `queued` unless urgent
+        running.cancel()
+        order: list[str] = []
+        first_token = asyncio.create_task(queued.__anext__())
+        done, _ = await asyncio.wait({scored, first_token}, return_when=asyncio.FIRST_COMPLETED)
+        order.append("score" if scored in done else "generation")
+        assert order == ["score"]
+        assert (await scored)[0] < 0.0
+        await first_token
+        queued.cancel()
+    finally:
+        await backend.aclose()
+
+
 async def test_budget_spent_while_queued_is_a_timeout(smollm2: LlamaCppBackend) -> None:
     with pytest.raises(TimeoutError):
         async for _ in smollm2.generate(STORY, Budget(0.001)):

@@ -80,13 +80,16 @@ class _Slots:
         self._cv = threading.Condition()
         self.closed = False
 
-    def put(self, job: _Job) -> None:
+    def put(self, job: _Job, *, front: bool = False) -> None:
         with self._cv:
             if self.closed:
                 raise BackendUnavailable("backend is closed")
             if len(self._q) >= self.size:
                 raise QueueFull(f"llama.cpp queue full ({self.size} waiting)")
-            self._q.append(job)
+            if front:
+                self._q.appendleft(job)
+            else:
+                self._q.append(job)
             self._cv.notify()
 
     def take(self) -> _Job | None:
@@ -235,15 +238,19 @@ class LlamaCppBackend(Backend):
         budget: Budget | None = None,
         *,
         normalize: bool = False,
+        urgent: bool = False,
     ) -> list[float]:
         """Log-likelihood of each candidate as a continuation of ``prefix`` (off the loop).
 
         Goes through the same bounded queue as generation. ``normalize`` divides by the
-        candidate's token count (fairer between long and short candidates).
+        candidate's token count (fairer between long and short candidates). ``urgent`` puts
+        it at the head of the queue: a scoring pass is short, a generation is long, so a
+        latency-critical score (turn-taking) should not wait behind queued generations.
         """
         if len(candidates) > self.max_candidates:
             raise InvalidRequest(f"at most {self.max_candidates} candidates")
-        result = await self._call("score", (prefix, tuple(candidates), normalize), budget)
+        payload = (prefix, tuple(candidates), normalize)
+        result = await self._call("score", payload, budget, front=urgent)
         return list(result)
 
     async def prime(self, gen: Generation) -> int:
@@ -283,14 +290,14 @@ class LlamaCppBackend(Backend):
             self._thread = None
 
     # -- plumbing ---------------------------------------------------------------------
-    def _submit(self, kind: str, payload: Any, budget: Budget | None) -> _Job:
+    def _submit(self, kind: str, payload: Any, budget: Budget | None, front: bool = False) -> _Job:
         left = budget.left_s() if budget is not None else math.inf
         if self._slots.closed:
             raise BackendUnavailable(f"{self.name} is closed")
         job = _Job(kind, payload, time.monotonic() + left, self._forget)
         self._start()
         try:
-            self._slots.put(job)
+            self._slots.put(job, front=front)
         except QueueFull:
             self.rejected += 1
             raise
@@ -302,8 +309,10 @@ class LlamaCppBackend(Backend):
         with self._jobs_lock:
             self._jobs.discard(job)
 
-    async def _call(self, kind: str, payload: Any, budget: Budget | None) -> Any:
-        job = self._submit(kind, payload, budget)
+    async def _call(
+        self, kind: str, payload: Any, budget: Budget | None, front: bool = False
+    ) -> Any:
+        job = self._submit(kind, payload, budget, front)
         try:
             tag, value = await job.out.get()
         finally:

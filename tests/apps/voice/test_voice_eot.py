@@ -19,8 +19,14 @@ class FakeScorer:
         self.calls: list[tuple[str, tuple[str, ...]]] = []
 
     async def score(
-        self, prefix: str, candidates: Sequence[str], budget: Budget | None = None
+        self,
+        prefix: str,
+        candidates: Sequence[str],
+        budget: Budget | None = None,
+        *,
+        urgent: bool = False,
     ) -> list[float]:
+        assert urgent  # turn-taking cannot wait behind queued generations
         self.calls.append((prefix, tuple(candidates)))
         if isinstance(self.logprobs, Exception):
             raise self.logprobs

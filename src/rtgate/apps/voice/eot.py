@@ -33,7 +33,12 @@ class Scorer(Protocol):
     continuations."""
 
     async def score(
-        self, prefix: str, candidates: Sequence[str], budget: Budget | None = None
+        self,
+        prefix: str,
+        candidates: Sequence[str],
+        budget: Budget | None = None,
+        *,
+        urgent: bool = False,
     ) -> list[float]: ...
 
 
@@ -98,7 +103,7 @@ class LMEndOfTurn:
         sep = " " if lang == "en" and not prompt.prefix.endswith(" ") else ""
         try:
             scores = await self.scorer.score(
-                prompt.prefix + sep + core, prompt.enders, Budget(self.budget_ms)
+                prompt.prefix + sep + core, prompt.enders, Budget(self.budget_ms), urgent=True
             )
         except (RtgateError, TimeoutError):
             return None  # busy or late: no opinion
