@@ -24,6 +24,7 @@ from typing import Any
 
 import llama_cpp
 import numpy as np
+import numpy.typing as npt
 from llama_cpp import Llama
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -293,6 +294,9 @@ class LlamaEngine:
         """
         base = self.tokenize(prefix)
         out: list[float] = []
+        # log-softmax of the next-token row after each context scored in this call: every
+        # one-token candidate after the same context is then read off one evaluation
+        rows: dict[tuple[int, ...], npt.NDArray[np.float64]] = {}
         for cand in candidates:
             if should_stop():
                 raise TimeoutError("scoring stopped")
@@ -305,27 +309,41 @@ class LlamaEngine:
                 raise InvalidRequest(f"candidate longer than {_MAX_CANDIDATE_TOKENS} tokens")
             if len(full) > self.llm.n_ctx():
                 raise InvalidRequest(f"prefix + candidate ({len(full)} tokens) > n_ctx")
-            self._reuse(full, k - 1)
-            self._eval_to(full, k - 1)
-            total = self._logprob_tail(full, k)
+            first = rows.get(tuple(full[:k]))
+            if first is not None and len(full) - k == 1:
+                total = float(first[full[k]])
+            else:
+                self._reuse(full, k - 1)
+                self._eval_to(full, k - 1)
+                total, rows[tuple(full[:k])] = self._logprob_tail(full, k)
             out.append(total / (len(full) - k) if normalize else total)
         return out
 
-    def _logprob_tail(self, full: Sequence[int], k: int) -> float:
-        """Sum of log p(full[j] | full[:j]) for j >= k; the KV cache holds full[:k-1]."""
+    def _logprob_tail(self, full: Sequence[int], k: int) -> tuple[float, npt.NDArray[np.float64]]:
+        """Sum of log p(full[j] | full[:j]) for j >= k, and the log-softmax row that
+        predicts ``full[k]``; the KV cache holds full[:k-1].
+
+        Only ``full[k-1:-1]`` is evaluated: the last token's own logits predict nothing here
+        (with a 262k vocabulary, the output layer is most of a small model's cost per token).
+        """
         llm = self.llm
-        chunk = list(full[k - 1 :])
+        chunk = list(full[k - 1 : -1])
         llm._batch.set_batch(batch=chunk, n_past=k - 1, logits_all=True)
         llm._ctx.decode(llm._batch)
-        llm.input_ids[k - 1 : len(full)] = chunk
-        llm.n_tokens = len(full)
+        llm.input_ids[k - 1 : len(full) - 1] = chunk
+        llm.n_tokens = len(full) - 1
         total = 0.0
+        first: npt.NDArray[np.float64] | None = None
         for i, target in enumerate(full[k:]):
             ptr: Any = llama_cpp.llama_get_logits_ith(llm.ctx, i)
             row = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).astype(np.float64)
-            top = float(row.max())
-            total += float(row[target]) - top - float(np.log(np.exp(row - top).sum()))
-        return total
+            row -= row.max()
+            row -= np.log(np.exp(row).sum())
+            total += float(row[target])
+            if first is None:
+                first = row
+        assert first is not None  # k < len(full): at least one target
+        return total, first
 
     def close(self) -> None:
         self.llm.close()
