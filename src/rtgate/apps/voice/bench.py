@@ -241,11 +241,16 @@ async def _serial(models: VoiceModels, clips: list[Clip], hangover_ms: float) ->
 
 
 async def _run(
-    calls: int, seed: int, asr_model: str, serial_hangover_ms: float, semantic_turns: bool
+    calls: int,
+    seed: int,
+    asr_model: str,
+    serial_hangover_ms: float,
+    semantic_turns: bool,
+    asr_step_s: float,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     clips = load_clips()
-    cfg = VoiceConfig(asr_model=asr_model, semantic_turns=semantic_turns)
+    cfg = VoiceConfig(asr_model=asr_model, semantic_turns=semantic_turns, asr_step_s=asr_step_s)
     total = CallResult()
     async with VoiceModels(cfg) as models:
         for n in range(calls):
@@ -281,6 +286,7 @@ async def _run(
         "missed_bargeins": total.missed_bargeins,
         "asr_model": asr_model,
         "semantic_turns": semantic_turns,
+        "asr_step_s": asr_step_s,
         "llm": cfg.llm,
         "cloud": "emulated cloud-70b (local model + CLOUD_70B latency)",
         "turn_end_rules": {k: total.rules.count(k) for k in sorted(set(total.rules))},
@@ -304,6 +310,8 @@ def run(
     asr_model: str = "auto",
     serial_hangover_ms: float = 700.0,
     semantic_turns: bool = True,
+    asr_step_s: float | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report."""
-    return asyncio.run(_run(calls, seed, asr_model, serial_hangover_ms, semantic_turns))
+    step = VoiceConfig().asr_step_s if asr_step_s is None else asr_step_s
+    return asyncio.run(_run(calls, seed, asr_model, serial_hangover_ms, semantic_turns, step))

@@ -99,12 +99,17 @@ def bench_voice(
     semantic_turns: bool = typer.Option(
         True, help="score complete-looking clauses with the local model (off: the ablation)"
     ),
+    asr_step: float | None = typer.Option(
+        None, "--asr-step", help="seconds of speech between partial decodes (default: 0.8)"
+    ),
 ) -> None:
     """Simulated calls: first audio after end of speech, barge-in stop, cut-ins, and the
     serial ASR → LLM → TTS baseline, measured in the same run."""
     from rtgate.apps.voice.bench import run as run_bench
 
-    report = run_bench(calls=calls, seed=seed, asr_model=asr, semantic_turns=semantic_turns)
+    report = run_bench(
+        calls=calls, seed=seed, asr_model=asr, semantic_turns=semantic_turns, asr_step_s=asr_step
+    )
     table = Table(title=f"voice bench: {report['calls']} calls, {report['turns']} turns")
     table.add_column("metric")
     table.add_column("p50", justify="right")

@@ -60,6 +60,10 @@ class VoiceConfig:
     lang: str | None = None  # "zh", "en" or None (detect from the first words)
     asr_model: str = "auto"  # "base", "tiny.en", or "auto": tiny.en for English calls
     asr_threads: int = 2
+    # seconds of new speech between partial decodes: a decode still running when the caller
+    # stops delays the one that covers the end of speech (0.4 s kept Whisper base busy most
+    # of the time on 2 cores; 0.8 s cut first audio on question turns: see docs/voice.md)
+    asr_step_s: float = 0.8
     llm: str = "gemma3-270m"
     # one llama.cpp thread: with two, its threads spin-wait for each other and a busy CPU
     # (Whisper decoding on the other core) makes tokens ~10x slower; one thread degrades gently
@@ -214,7 +218,7 @@ class VoiceCall:
         self.listener = listener
         stages: list[Stage] = [
             VADStage(SileroVAD(), SpeechTracker(hangover_ms=cfg.vad_hangover_ms), twin=SileroVAD()),
-            ASRStage(models.asr_for(self.lang), full_final=cfg.full_final),
+            ASRStage(models.asr_for(self.lang), step_s=cfg.asr_step_s, full_final=cfg.full_final),
             self.turns,
             self.agent,
             TTSStage(models.tts),
