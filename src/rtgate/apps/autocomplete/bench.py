@@ -106,13 +106,15 @@ async def accuracy(
     """Top-3 intent accuracy on held-out prefixes, two ways: ``top3`` on the project's
     held-out prefixes (:func:`~rtgate.tiers.textnorm.prefixes`: every character of a
     Chinese query, every word of an English one, from 2 on), and ``typed.top3`` on what
-    the typing replay sends (IME chunks, English keystrokes)."""
+    the typing replay sends (IME chunks, English keystrokes); each also ``by_lang``."""
     lex = lexicon(e.text for e in load_corpus())
     rng = random.Random(0)
     out: dict[str, Any] = {"n_queries": len(test)}
     for name in ("held_out", "typed"):
         hits = n = top1 = 0
         by_route: Counter[str] = Counter()
+        lang_n: Counter[str] = Counter()
+        lang_hits: Counter[str] = Counter()
         for ex in test:
             if name == "held_out":
                 todo = prefixes(ex.text, min_units=2)
@@ -123,10 +125,15 @@ async def accuracy(
                 intents = [c.intent for c in res.candidates[:3]]
                 n += 1
                 hits += ex.intent in intents
+                lang_n[ex.lang] += 1
+                lang_hits[ex.lang] += ex.intent in intents
                 top1 += bool(intents) and intents[0] == ex.intent
                 by_route[res.route] += 1
         block = {"n_prefixes": n, "top3": round(hits / max(1, n), 4),
-                 "top1": round(top1 / max(1, n), 4), "routes": dict(by_route)}  # fmt: skip
+                 "top1": round(top1 / max(1, n), 4), "routes": dict(by_route),
+                 "by_lang": {lang: {"n_prefixes": lang_n[lang],
+                                    "top3": round(lang_hits[lang] / lang_n[lang], 4)}
+                             for lang in sorted(lang_n)}}  # fmt: skip
         if name == "held_out":
             out.update(block)
         else:

@@ -120,8 +120,12 @@ def _table(r: dict[str, Any]) -> None:
     console.print(table)
     acc = r.get("accuracy")
     if acc:
+        langs = ", ".join(
+            f"{lang} {b['top3']:.1%} of {b['n_prefixes']}" for lang, b in acc["by_lang"].items()
+        )
         console.print(
             f"top-3 intent accuracy: {acc['top3']:.1%} of {acc['n_prefixes']} held-out prefixes"
+            f" ({langs}; {acc['n_queries']} queries)"
             f" (typed replay: {acc['typed']['top3']:.1%} of {acc['typed']['n_prefixes']})"
         )
     console.print(f"goals met: {r['meta']['met']}")

@@ -3,7 +3,8 @@ models shipped in the package data.
 
 ``eval`` trains on the deterministic training split (80 %, stratified by intent) and
 reports on the held-out 20 %: accuracy on full queries, top-3 accuracy on their prefixes
-(≥ 2 characters / words), calibration bins and precision/coverage per threshold.
+(≥ 2 characters / words), overall and per language, calibration bins and
+precision/coverage per threshold.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def holdout_report(kind: ModelKind = "ngram", *, data_dir: Path = DATA_DIR) -> d
     train_s = time.perf_counter() - t0
     report: dict[str, Any] = {"model": kind, "n_train": len(train), "train_s": round(train_s, 2)}
     report.update(evaluate(model.rank, test))
+    report["by_lang"] = {}
+    for lang in sorted({ex.lang for ex in test}):
+        part = evaluate(model.rank, [ex for ex in test if ex.lang == lang])
+        report["by_lang"][lang] = {k: v for k, v in part.items() if k.startswith(("n_", "prefix"))}
     top = [model.rank(ex.text)[0] for ex in test]
     conf = np.array([p for _, p in top])
     ok = np.array([intent == ex.intent for (intent, _), ex in zip(top, test, strict=True)])
@@ -71,11 +76,12 @@ def eval_cmd(
     kinds: list[ModelKind] = ["ngram", "e5"] if kind == "both" else [_kind(kind)]
     reports = [holdout_report(k) for k in kinds]
     table = Table("model", "train", "held-out", "query acc", "query top3", "prefixes",
-                  "prefix top1", "prefix top3")  # fmt: skip
+                  "prefix top1", "prefix top3", "top3 by lang")  # fmt: skip
     for r in reports:
+        langs = " ".join(f"{k} {v['prefix_top3']:.3f}" for k, v in r["by_lang"].items())
         table.add_row(r["model"], str(r["n_train"]), str(r["n_queries"]),
                       f"{r['query_accuracy']:.3f}", f"{r['query_top3']:.3f}", str(r["n_prefixes"]),
-                      f"{r['prefix_top1']:.3f}", f"{r['prefix_top3']:.3f}")  # fmt: skip
+                      f"{r['prefix_top1']:.3f}", f"{r['prefix_top3']:.3f}", langs)  # fmt: skip
     Console().print(table)
     if json_out is not None:
         json_out.write_text(json.dumps(reports, indent=2, ensure_ascii=False), encoding="utf-8")
