@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from rtgate.tiers.intents import Example
 from rtgate.tiers.textnorm import lang_of, normalize
 
@@ -103,7 +105,16 @@ class CandidatePool:
             if key and key not in seen:
                 seen[key] = Entry(text, intent, lang_of(text), key, curated)
         self.all: tuple[Entry, ...] = tuple(seen.values())
-        self._grams = [(e, _bigrams(e.key)) for e in self.all]
+        # an inverted index of character bigrams: similarity is counted from the postings
+        # of the typed text's bigrams, not by a set intersection with every query
+        grams = [_bigrams(e.key) for e in self.all]
+        vocab: dict[str, list[int]] = {}
+        for i, g in enumerate(grams):
+            for b in g:
+                vocab.setdefault(b, []).append(i)
+        self._postings = {b: np.asarray(ix, dtype=np.int64) for b, ix in vocab.items()}
+        self._sizes = np.asarray([len(g) for g in grams], dtype=np.float64)
+        self._intent = np.asarray([e.intent for e in self.all], dtype=object)
         self.exclude = frozenset(exclude)
         shown = [e for e in self.all if e.intent not in self.exclude]
         self._entries = sorted(self.all, key=lambda e: e.key)
@@ -167,24 +178,25 @@ class CandidatePool:
                         return out
         return out
 
-    def similar(self, text: str) -> list[tuple[float, Entry]]:
-        """Every query sharing character bigrams with ``text``, most similar first (cosine
-        of the bigram sets): what a long ask most resembles."""
+    def similar(self, text: str, intent: str | None = None) -> list[tuple[float, Entry]]:
+        """Every query (of ``intent`` only, when given) sharing character bigrams with
+        ``text``, most similar first (cosine of the bigram sets): what a long ask most
+        resembles."""
         grams = _bigrams(normalize(text))
-        if not grams:
+        hits = [self._postings[b] for b in grams if b in self._postings]
+        if not hits:
             return []
-        scored = [
-            (len(grams & other) / math.sqrt(len(grams) * len(other)), e)
-            for e, other in self._grams
-            if other and not grams.isdisjoint(other)
-        ]
-        scored.sort(key=lambda s: -s[0])
-        return scored
+        shared = np.bincount(np.concatenate(hits), minlength=len(self.all))
+        found = np.flatnonzero(shared)
+        if intent is not None:
+            found = found[self._intent[found] == intent]
+        score = shared[found] / np.sqrt(len(grams) * self._sizes[found])
+        order = np.argsort(-score, kind="stable")  # ties keep corpus order
+        return [(float(score[j]), self.all[found[j]]) for j in order]
 
     def nearest(self, text: str, k: int = 3, intent: str | None = None) -> list[Entry]:
         """The ``k`` most similar queries (of ``intent`` only, when given)."""
-        found = [e for _, e in self.similar(text) if intent is None or e.intent == intent]
-        return found[:k]
+        return [e for _, e in self.similar(text, intent)[:k]]
 
 
 def _bigrams(s: str) -> set[str]:
