@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from rtgate.apps.guard.features import (
+    CREST_BANDS,
     HOP,
     N_FEATURES,
     N_MELS,
@@ -13,7 +14,63 @@ from rtgate.apps.guard.features import (
     WindowFeatures,
     mel_filterbank,
 )
+from rtgate.apps.guard.simulate import Clip
 from rtgate.errors import InvalidRequest
+
+
+def reference_features(windows: np.ndarray) -> np.ndarray:
+    """The features written plainly (the implementation the detector was first trained on):
+    a masked spectrum and a full ``irfft`` per band, one slice product per lag."""
+    x = np.asarray(windows, dtype=np.float32)
+    spec = np.fft.rfft(x, axis=1).astype(np.complex64)
+    ext = np.concatenate([np.conj(spec[:, 1:2]), spec, np.conj(spec[:, -2:-1])], axis=1)
+    hann = 0.5 * spec - 0.25 * (ext[:, :-2] + ext[:, 2:])
+    power = hann.real**2 + hann.imag**2
+    mel = np.log(np.einsum("nk,km->nm", power, mel_filterbank()) + 1e-10)
+    f = np.fft.rfftfreq(HOP, 1.0 / RATE)
+    masks = np.stack([(f >= lo) & (f < hi) for lo, hi in CREST_BANDS]).astype(np.complex64)
+    band = np.fft.irfft(spec[:, None, :] * masks[None], n=HOP, axis=2)
+    e = (band * band).reshape(len(x), len(CREST_BANDS), HOP // 10, 10).sum(axis=3)
+    mean = e.mean(axis=2, keepdims=True)
+    crest = np.log((e.max(axis=2) + 1e-12) / (mean[..., 0] + 1e-12))
+    d = e - mean
+    var = (d * d).mean(axis=2) + 1e-20
+    m = d.shape[2]
+    ac = np.stack([(d[..., : m - k] * d[..., k:]).mean(axis=2) for k in range(3, 25)], axis=2)
+    period = np.clip(ac.max(axis=2) / var, -1.0, 1.0)
+    return np.concatenate([mel, crest, period], axis=1).astype(np.float32)
+
+
+@pytest.mark.parametrize("scale", [1e-4, 0.05, 1.0])
+def test_features_equal_the_reference_on_random_windows(scale: float) -> None:
+    # 600 rows: more than one pass of work arrays; then fewer rows reuse them
+    x = (np.random.default_rng(3).standard_normal((600, HOP)) * scale).astype(np.float32)
+    wf = WindowFeatures()
+    for rows in (x, x[:7], x[:1]):
+        np.testing.assert_allclose(wf(rows), reference_features(rows), rtol=1e-5, atol=1e-5)
+
+
+def test_features_equal_the_reference_on_simulated_motors(
+    normal_clip: Clip, fault_clip: Clip
+) -> None:
+    wf = WindowFeatures()
+    for clip in (normal_clip, fault_clip):
+        got = wf.frames(clip.audio)
+        n = len(got)
+        ref = reference_features(clip.audio[: n * HOP].reshape(n, HOP))
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    silence = np.zeros((2, HOP), np.float32)
+    np.testing.assert_array_equal(wf(silence), reference_features(silence))
+
+
+def test_a_result_is_not_overwritten_by_the_next_call() -> None:
+    rng = np.random.default_rng(4)
+    wf = WindowFeatures()
+    a, b = rng.standard_normal((2, 3, HOP)).astype(np.float32)
+    first = wf(a)
+    kept = first.copy()
+    wf(b)
+    np.testing.assert_array_equal(first, kept)
 
 
 def test_mel_filterbank_covers_every_band_with_unit_area() -> None:

@@ -51,6 +51,7 @@ def test_threshold_is_inclusive_and_defaults_to_092() -> None:
 def test_one_very_high_window_stops_at_once() -> None:
     eng = RuleEngine(Rules(), ["A"])
     assert Rules().default.instant == 0.995
+    assert RuleEngine(Rules(), ["A"]).feed([0.994], 0.02) == []  # just under: k of n needed
     out = eng.feed([0.995], 0.02)
     assert [(d.instant, d.rule.describe(d.instant)) for d in out] == [
         (True, "default: score>=0.995 in 1 window")

@@ -45,6 +45,32 @@ def test_populations_share_no_bearing_and_no_speed() -> None:
         assert not any(lo <= m.shaft_hz <= hi for lo, hi in SPEEDS["train"])
 
 
+def test_training_speeds_enclose_the_unseen_ones() -> None:
+    lo = min(b[0] for b in SPEEDS["train"])
+    hi = max(b[1] for b in SPEEDS["train"])
+    assert all(lo <= a and b <= hi for a, b in SPEEDS["unseen"])
+
+
+def test_a_clip_reports_its_air_hiss() -> None:
+    clips = make_set(12, "train", seed=3, seconds=3.0, fault_share=0.0)
+    with_hiss = [c for c in clips if c.hiss_s is not None]
+    assert with_hiss and len(with_hiss) < len(clips)
+    for c in with_hiss:
+        assert c.hiss_s is not None
+        start, end = c.hiss_s
+        assert 0 <= start < end <= 3.0
+    # the hiss is high-band noise: the 3-8 kHz energy is higher while it is on
+    c = max(with_hiss, key=lambda c: c.hiss_s[1] - c.hiss_s[0] if c.hiss_s else 0.0)
+    assert c.hiss_s is not None
+    frames = c.audio[: len(c.audio) // 320 * 320].reshape(-1, 320)
+    spec = np.abs(np.fft.rfft(frames, axis=1)) ** 2
+    high = spec[:, 60:].sum(1)
+    mid = (np.arange(len(frames)) + 0.5) * 0.02
+    on = (mid > c.hiss_s[0] + 0.05) & (mid < c.hiss_s[1] - 0.05)
+    assert on.any() and (~on).any()
+    assert np.median(high[on]) > 2 * np.median(high[~on])
+
+
 def test_labels_follow_the_onset() -> None:
     m = draw_motor(np.random.default_rng(1))
     clip = make_clip(m, 1.0, fault="ball", onset_s=0.5)

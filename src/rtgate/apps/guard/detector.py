@@ -3,6 +3,12 @@
 ``Detector(n_streams)`` keeps, per stream (station), the last ``K`` windows' features and the
 GRU state between calls, and scores every stream's newest window in one batched run, so a
 tick of many stations is a single inference call. It is a plain synchronous class.
+
+When the ``onnx`` package is installed (the ``guard`` extra), the model is loaded with each
+1-D convolution and pooling run as its 2-D form of height 1 (``lift_1d``): the same
+arithmetic, but onnxruntime has blocked (NCHWc) kernels for 2-D and a per-sample im2col for
+1-D, and at 256 stations that halves the convolution's time (the batch: ~0.8 -> ~0.6 ms).
+Without ``onnx`` the file is run as it is.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -17,7 +24,7 @@ import numpy.typing as npt
 from rtgate.apps.guard.features import N_FEATURES
 from rtgate.errors import ConfigError, InvalidRequest
 
-__all__ = ["DEFAULT_MODEL", "Detector", "default_model_path"]
+__all__ = ["DEFAULT_MODEL", "Detector", "default_model_path", "lift_1d"]
 
 DEFAULT_MODEL = "detector.onnx"
 F32 = npt.NDArray[np.float32]
@@ -26,6 +33,121 @@ F32 = npt.NDArray[np.float32]
 def default_model_path() -> Path:
     """The committed model file shipped in ``rtgate/apps/guard/data``."""
     return Path(str(resources.files("rtgate.apps.guard") / "data" / DEFAULT_MODEL))
+
+
+_UNARY = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Softplus", "Identity"}
+_LIFTED = {"Conv", "MaxPool", "AveragePool"}
+
+
+def lift_1d(model: Any) -> int:
+    """Rewrite an ``onnx.ModelProto`` in place so each 1-D ``Conv`` (constant 3-D weight),
+    ``MaxPool`` and ``AveragePool`` runs as 2-D with height 1, between an ``Unsqueeze`` and a
+    ``Squeeze`` of axis 2; then drop the ``Squeeze`` -> ``Unsqueeze`` pairs this leaves (also
+    across one element-wise op). Returns how many operators were lifted (0: unchanged)."""
+    from onnx import helper, numpy_helper
+
+    g = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 13:  # axes as an input (opset 13+) keeps the rewrite simple
+        return 0
+    weights = {t.name: t for t in g.initializer}
+    axes = "lift_1d_axis2"  # added to the initializers once something is lifted
+    nodes, lifted = [], 0
+    for n in g.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        kernel = attrs.get("kernel_shape")
+        w = weights.get(n.input[1]) if n.op_type == "Conv" and len(n.input) > 1 else None
+        if (
+            n.op_type not in _LIFTED
+            or len(n.output) != 1  # e.g. MaxPool's indices
+            or kernel is None
+            or len(kernel) != 1
+            or (n.op_type == "Conv" and (w is None or len(w.dims) != 3))
+            or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
+        ):
+            nodes.append(n)
+            continue
+        tag = f"lift_1d_{lifted}"  # node names may be empty or repeated
+        ins = [f"{tag}_in", *n.input[1:]]
+        if w is not None:
+            ins[1] = f"{tag}_weight"
+            w2 = numpy_helper.to_array(w)[:, :, None, :]
+            g.initializer.append(numpy_helper.from_array(w2, ins[1]))
+        for k in ("kernel_shape", "strides", "dilations"):
+            if k in attrs:
+                attrs[k] = [1, *attrs[k]]
+        if "pads" in attrs:
+            attrs["pads"] = [0, attrs["pads"][0], 0, attrs["pads"][1]]
+        out = f"{tag}_out"
+        nodes += [
+            helper.make_node("Unsqueeze", [n.input[0], axes], [ins[0]], name=ins[0]),
+            helper.make_node(n.op_type, ins, [out], name=f"{n.name or tag}_2d", **attrs),
+            helper.make_node("Squeeze", [out, axes], [n.output[0]], name=out),
+        ]
+        lifted += 1
+    if lifted:
+        g.initializer.append(numpy_helper.from_array(np.array([2], np.int64), axes))
+        nodes = _drop_squeeze_pairs(nodes, g)
+        used = {i for n in nodes for i in n.input} | {o.name for o in g.output}
+        del g.node[:]
+        g.node.extend(n for n in nodes if n.op_type != "Constant" or n.output[0] in used)
+        del g.value_info[:]  # 3-D shapes of tensors that are now 4-D
+        keep = [t for t in g.initializer if t.name in used]
+        del g.initializer[:]
+        g.initializer.extend(keep)
+    return lifted
+
+
+def _drop_squeeze_pairs(nodes: list[Any], g: Any) -> list[Any]:
+    """``Squeeze(2) -> [unary] -> Unsqueeze(2)`` with nothing else reading the middle: keep the
+    tensor 4-D instead (the unary op reads the unsqueezed input)."""
+    from onnx import numpy_helper
+
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    for n in nodes:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    outputs = {o.name for o in g.output}
+
+    def axis(n: Any) -> int | None:
+        """The one constant axis of a Squeeze / Unsqueeze: 2 or -2 (else None)."""
+        a = consts.get(n.input[1]) if len(n.input) > 1 else None
+        if a is None or a.size != 1 or int(a.reshape(-1)[0]) not in (2, -2):
+            return None
+        return int(a.reshape(-1)[0])
+
+    while True:
+        producer = {o: n for n in nodes for o in n.output}
+        readers: dict[str, int] = {}
+        for n in nodes:
+            for i in n.input:
+                readers[i] = readers.get(i, 0) + 1
+
+        def only(t: str, readers: dict[str, int] = readers) -> bool:
+            return readers.get(t, 0) == 1 and t not in outputs
+
+        for u in nodes:
+            if u.op_type != "Unsqueeze" or axis(u) is None or u.output[0] in outputs:
+                continue
+            mid = producer.get(u.input[0])
+            unary = mid if mid is not None and mid.op_type in _UNARY else None
+            sq = producer.get(unary.input[0]) if unary is not None else mid
+            if sq is None or sq.op_type != "Squeeze" or axis(sq) != axis(u):
+                continue
+            if not only(sq.output[0]):
+                continue
+            if unary is not None and not only(unary.output[0]):
+                continue
+            if unary is not None:  # Squeeze -> op -> Unsqueeze: op on the 4-D tensor
+                unary.input[0] = sq.input[0]
+                unary.output[0] = u.output[0]
+            else:
+                for n in nodes:
+                    n.input[:] = [sq.input[0] if i == u.output[0] else i for i in n.input]
+            nodes = [n for n in nodes if n is not u and n is not sq]
+            break
+        else:
+            return nodes
 
 
 class Detector:
@@ -49,8 +171,11 @@ class Detector:
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.lifted = 0  # 1-D operators run as 2-D (see lift_1d)
         try:
-            self._sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            self._sess = ort.InferenceSession(
+                self._load(path), opts, providers=["CPUExecutionProvider"]
+            )
         except Exception as e:  # onnxruntime raises its own untyped errors
             raise ConfigError(f"cannot load detector model {path}: {e}") from e
         meta = self._sess.get_modelmeta().custom_metadata_map
@@ -66,23 +191,59 @@ class Detector:
         self.path = path
         self.n_streams = n_streams
         self._stack = np.zeros((n_streams, self.k, N_FEATURES), dtype=np.float32)
+        self._spare = np.zeros_like(self._stack)  # the next stack, when all streams step
         self._h = np.zeros((n_streams, self.hidden), dtype=np.float32)
         self._fresh = np.ones(n_streams, dtype=bool)
+        self._any_fresh = True
+
+    def _load(self, path: Path) -> str | bytes:
+        """The model for onnxruntime: lifted when ``onnx`` is installed, else the path."""
+        try:
+            import onnx
+        except ImportError:
+            return str(path)
+        try:
+            model = onnx.load(str(path))
+            self.lifted = lift_1d(model)
+        except Exception:  # not a model onnx understands: let onnxruntime say why
+            return str(path)
+        return model.SerializeToString() if self.lifted else str(path)
+
+    def warm_up(self) -> None:
+        """One run on zeros for every stream, state untouched: onnxruntime's first run
+        allocates and picks kernels, which is slow."""
+        self._sess.run(None, {"stack": np.zeros_like(self._stack), "h": np.zeros_like(self._h)})
 
     def reset(self, stream: int | None = None) -> None:
         """Forget the state of one stream (or all)."""
         sel = slice(None) if stream is None else stream
         self._h[sel] = 0.0
         self._fresh[sel] = True
+        self._any_fresh = True
 
     def step(self, features: npt.ArrayLike, rows: npt.ArrayLike | None = None) -> F32:
         """Fault probability ``(N,)`` of the newest window of each stream.
 
         ``features``: ``(N, N_FEATURES)``, one row per stream in ``rows`` (default: all
         streams, in order). A fresh stream's stack is filled with its first window.
+        Stepping all streams swaps two stacks in place (no copies gathered per call).
         """
         f = np.asarray(features, dtype=np.float32)
-        idx = np.arange(self.n_streams) if rows is None else np.asarray(rows, dtype=np.int64)
+        if rows is None:  # every stream in order: in place, no gathered copies
+            if f.shape != (self.n_streams, N_FEATURES):
+                raise InvalidRequest(
+                    f"features must be ({self.n_streams}, {N_FEATURES}), got {f.shape}"
+                )
+            stack, self._stack, self._spare = self._spare, self._spare, self._stack
+            stack[:, :-1] = self._spare[:, 1:]
+            stack[:, -1] = f
+            if self._any_fresh:
+                stack[self._fresh] = f[self._fresh, None, :]
+                self._fresh[:] = False
+                self._any_fresh = False
+            score, self._h = self._sess.run(None, {"stack": stack, "h": self._h})
+            return np.asarray(score, dtype=np.float32).reshape(-1)
+        idx = np.asarray(rows, dtype=np.int64)
         if f.ndim != 2 or f.shape != (len(idx), N_FEATURES):
             raise InvalidRequest(f"features must be ({len(idx)}, {N_FEATURES}), got {f.shape}")
         stack = self._stack[idx]
@@ -92,7 +253,8 @@ class Detector:
         if fresh.any():
             stack[fresh] = f[fresh, None, :]
             self._fresh[idx] = False
+            self._any_fresh = bool(self._fresh.any())
         self._stack[idx] = stack
         score, h = self._sess.run(None, {"stack": stack, "h": self._h[idx]})
         self._h[idx] = h
-        return np.asarray(score, dtype=np.float32)
+        return np.asarray(score, dtype=np.float32).reshape(-1)

@@ -10,11 +10,16 @@ the rule engine, exactly as stations do at run time. Reported:
 - with the default rule: ``false_stops`` (a stop on a healthy clip, or before the onset;
   also per hour of healthy audio),
   ``misses`` (a faulty clip without a stop after the onset) and the onset-to-stop delay in
-  audio time (``window_end - onset``).
+  audio time (``window_end - onset``), overall and per fault level (4 dB bands).
+
+``python -m rtgate.apps.guard.evaluate [MODEL] --clips 480 --seed 2000 --seconds 8`` prints
+the report as JSON.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +87,19 @@ def evaluate_clips(
     faulty_clips = [i for i, c in enumerate(clips) if c.fault is not None]
     delays = [1000 * (first_stop[i] - onsets[i]) for i in faulty_clips if i in first_stop]
     pct = (lambda q: round(float(np.percentile(delays, q)), 1)) if delays else (lambda q: None)
+    by_level: dict[str, dict[str, Any]] = {}
+    for i in faulty_clips:
+        lo = 4 * int(clips[i].severity_db // 4)
+        band = by_level.setdefault(f"{lo}-{lo + 4} dB", {"n": 0, "misses": 0, "ms": []})
+        band["n"] += 1
+        if i in first_stop:
+            band["ms"].append(1000 * (first_stop[i] - onsets[i]))
+        else:
+            band["misses"] += 1
+    for band in by_level.values():
+        ms = band.pop("ms")
+        for q in (50, 95):
+            band[f"p{q}"] = round(float(np.percentile(ms, q)), 1) if ms else None
     healthy_h = float(healthy.sum()) * HOP / RATE / 3600
     rule = rules.default.describe()
     if rules.default.instant:
@@ -98,6 +116,9 @@ def evaluate_clips(
         "false_stops_per_hour": round(false_stops / healthy_h, 2) if healthy_h else None,
         "misses": len(faulty_clips) - len(delays),
         "onset_to_stop_ms": {"p50": pct(50), "p95": pct(95), "max": pct(100)},
+        "onset_to_stop_ms_by_level": dict(
+            sorted(by_level.items(), key=lambda kv: int(kv[0].split("-")[0]))
+        ),
         "scores": scores if with_scores else None,
     }
 
@@ -114,3 +135,19 @@ def evaluate(
     report = evaluate_clips(model, clips)
     del report["scores"]
     return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print :func:`evaluate` of a model file (default: the shipped one) as JSON."""
+    ap = argparse.ArgumentParser(prog="python -m rtgate.apps.guard.evaluate")
+    ap.add_argument("model", nargs="?", default=None)
+    ap.add_argument("--clips", type=int, default=240)
+    ap.add_argument("--seed", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    args = ap.parse_args(argv)
+    report = evaluate(args.model, n_clips=args.clips, seed=args.seed, seconds=args.seconds)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

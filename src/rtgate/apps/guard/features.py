@@ -16,9 +16,9 @@ One window is 320 samples at 16 kHz and gets one FFT (320 points, 50 Hz bins), f
   defect repeats within a window.
 
 ``WindowFeatures`` returns all, ``N_FEATURES`` numbers per window, for many windows at once
-(one row per station), so a tick of many stations is one batched FFT. The filterbank product
-uses ``einsum`` rather than BLAS: a threaded BLAS makes such small products slower on a busy
-machine, and the result is the same.
+(one row per station), so a tick of many stations is one batched FFT. No product goes to
+BLAS: a threaded BLAS makes such small products slower on a busy machine (milliseconds, its
+threads are not real-time), and the result is the same.
 
 Resampling uses ``soxr`` (streaming): it keeps filter state between chunks, so audio read in
 pieces from stdin or a sound card at 44.1/48 kHz is resampled without chunk-edge artefacts,
@@ -28,10 +28,12 @@ whole arrays only and would bring all of SciPy to the guard extra.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import sliding_window_view
 
 from rtgate.errors import InvalidRequest
 
@@ -53,7 +55,9 @@ N_MELS = 40
 CREST_BANDS = ((2000.0, 3500.0), (3500.0, 5500.0), (5500.0, 8000.0))
 N_FEATURES = N_MELS + 2 * len(CREST_BANDS)
 _SUB = 10  # samples per envelope sub-frame (0.625 ms)
+_N_SUB = HOP // _SUB
 _LAGS = range(3, 25)  # envelope autocorrelation lags, in sub-frames
+_BLOCK = 256  # windows per pass: bounds the work arrays of a long file
 F32 = npt.NDArray[np.float32]
 
 
@@ -97,36 +101,156 @@ def _as_windows(windows: npt.ArrayLike) -> F32:
     return x
 
 
+class _Scratch:
+    """Work arrays for up to ``n`` windows, reused call after call.
+
+    Fresh arrays of this size (hundreds of KB) come from ``mmap`` and are returned on every
+    free; touching their pages costs more than the FFTs on a virtual machine (about 500
+    page faults per 256-window tick). The spectra of the bands stay zero outside their bins.
+    """
+
+    def __init__(self, n: int) -> None:
+        nb, bands = HOP // 2 + 1, len(CREST_BANDS)
+        self.n = n
+        self.x = np.empty((n, HOP), np.float64)
+        self.spec64 = np.empty((n, nb), np.complex128)
+        self.ext = np.empty((n, nb + 2), np.complex64)  # spectrum with a mirrored bin each end
+        self.hann = np.empty((n, nb), np.complex64)
+        self.power = np.empty((n, nb), np.float32)
+        self.weighted = np.empty((n, nb), np.float32)
+        self.band_spec = np.zeros((n, bands, nb), np.complex64)
+        self.band = np.empty((n, bands, HOP), np.float32)
+        self.e = np.empty((n, bands, _N_SUB), np.float32)
+        self.e_t = np.empty((_N_SUB, n, bands), np.float32)  # sub-frame first: fast max
+        self.d = np.empty((n, bands, _N_SUB), np.float32)
+        self.mean = np.empty((n, bands), np.float32)
+        self.peak = np.empty((n, bands), np.float32)
+        # envelope rows padded with zeros past the end; ``lagged[r, t, j]`` is the value at
+        # ``t + _LAGS[j]`` (0 beyond the window), a view, so one einsum gives every lag
+        self.pad = np.zeros((n * bands, _N_SUB + _LAGS.stop - 1), np.float32)
+        self.lagged = sliding_window_view(self.pad, len(_LAGS), axis=1)[
+            :, _LAGS.start : _LAGS.start + _N_SUB
+        ]
+        self.ac = np.empty((len(_LAGS), n * bands), np.float32)  # lag first: fast max
+        self.ac_max = np.empty(n * bands, np.float32)
+
+
 class WindowFeatures:
-    """``(N, 320) float32 in [-1, 1] -> (N, N_FEATURES)``: log-mel, crests, periodicities."""
+    """``(N, 320) float32 in [-1, 1] -> (N, N_FEATURES)``: log-mel, crests, periodicities.
+
+    The arithmetic is that of the plain formulas in the module doc, arranged for a tick of
+    many stations: the FFT in float64 (numpy's float32 FFT converts to float64 internally and
+    allocates for it), the mel filters as two weighted segment sums (each bin feeds at most
+    two filters, and the even filters do not overlap, nor do the odd ones), each band's
+    spectrum copied into its slot of a zeroed array instead of masked, one ``irfft`` for all
+    bands, and the autocorrelation at every lag in one ``einsum`` over a lagged view. Work
+    arrays are kept per thread (``frames`` of a long file goes in blocks of ``_BLOCK``
+    windows); the result is a new array. Equal to the plain formulas within float32 rounding
+    (``tests/apps/guard/test_guard_features.py`` keeps a reference).
+    """
 
     n_features = N_FEATURES
 
     def __init__(self) -> None:
         self._fb = mel_filterbank()
+        # filter m covers bins first[m]..end[m]-1; a layer is every other filter, as one
+        # weight per bin (0 between its filters, times 1/4: see the Hann below) summed in
+        # segments starting at each filter's first bin
+        nz = self._fb != 0
+        first = [int(np.argmax(nz[:, m])) for m in range(N_MELS)]
+        end = [len(nz) - int(np.argmax(nz[::-1, m])) for m in range(N_MELS)]
+        if not all(end[m] <= first[m + 2] for m in range(N_MELS - 2)):
+            raise InvalidRequest("mel filters overlap more than their neighbours")
+        self._mel_w = np.zeros((2, len(nz)), np.float32)
+        for m in range(N_MELS):
+            band = slice(first[m], end[m])
+            self._mel_w[m % 2, band] = self._fb[band, m] * np.float32(0.25)
+        self._mel_starts = [np.array(first[k::2], np.intp) for k in (0, 1)]
         f = np.fft.rfftfreq(HOP, 1.0 / RATE)
-        self._masks = np.stack([(f >= lo) & (f < hi) for lo, hi in CREST_BANDS])
-        self._masks = self._masks.astype(np.complex64)
+        self._bands: list[tuple[int, int]] = []
+        for lo, hi in CREST_BANDS:
+            k = np.flatnonzero((f >= lo) & (f < hi))
+            self._bands.append((int(k[0]), int(k[-1]) + 1))  # contiguous bins
+        self._lag_len = np.array([_N_SUB - k for k in _LAGS], np.float32)
+        self._local = threading.local()
+
+    def _scratch(self, n: int) -> _Scratch:
+        s: _Scratch | None = getattr(self._local, "scratch", None)
+        if s is None or s.n < n:
+            s = _Scratch(n)
+            self._local.scratch = s
+        return s
 
     def __call__(self, windows: npt.ArrayLike) -> F32:
         x = _as_windows(windows)
-        n = len(x)
-        spec = np.fft.rfft(x, axis=1).astype(np.complex64)
-        # periodic Hann applied in the frequency domain (mirror the neighbours at the ends)
-        ext = np.concatenate([np.conj(spec[:, 1:2]), spec, np.conj(spec[:, -2:-1])], axis=1)
-        hann = 0.5 * spec - 0.25 * (ext[:, :-2] + ext[:, 2:])
-        power = hann.real**2 + hann.imag**2
-        mel = np.log(np.einsum("nk,km->nm", power, self._fb) + 1e-10)
-        band = np.fft.irfft(spec[:, None, :] * self._masks[None], n=HOP, axis=2)
-        e = (band * band).reshape(n, len(CREST_BANDS), HOP // _SUB, _SUB).sum(axis=3)
-        mean = e.mean(axis=2, keepdims=True)
-        crest = np.log((e.max(axis=2) + 1e-12) / (mean[..., 0] + 1e-12))
-        d = e - mean
-        var = (d * d).mean(axis=2) + 1e-20
-        m = d.shape[2]
-        ac = np.stack([(d[..., : m - k] * d[..., k:]).mean(axis=2) for k in _LAGS], axis=2)
-        period = np.clip(ac.max(axis=2) / var, -1.0, 1.0)
-        return np.concatenate([mel, crest, period], axis=1).astype(np.float32)
+        out = np.empty((len(x), N_FEATURES), np.float32)
+        for i in range(0, len(x), _BLOCK):
+            self._block(x[i : i + _BLOCK], out[i : i + _BLOCK])
+        return out
+
+    def _block(self, x: F32, out: F32) -> None:
+        n, nb = len(x), len(CREST_BANDS)
+        s = self._scratch(n)
+        xd, spec64 = s.x[:n], s.spec64[:n]
+        xd[...] = x
+        np.fft.rfft(xd, axis=1, out=spec64)
+        ext = s.ext[:n]
+        spec = ext[:, 1:-1]
+        spec[...] = spec64
+        # periodic Hann applied in the frequency domain (mirror the neighbours at the ends),
+        # doubled: X[k] - (X[k-1] + X[k+1]) / 2; the mel weights carry the 1/4 back (scaling
+        # by powers of two is exact, so this equals 0.5 X[k] - 0.25 (...) bit for bit)
+        np.conjugate(ext[:, 2], out=ext[:, 0])
+        np.conjugate(ext[:, -3], out=ext[:, -1])
+        hann = s.hann[:n]
+        np.add(ext[:, :-2], ext[:, 2:], out=hann)
+        hann *= np.float32(-0.5)
+        hann += spec
+        parts = hann.view(np.float32)  # re, im, re, im, ...
+        np.square(parts, out=parts)
+        power = s.power[:n]
+        np.add(parts[:, 0::2], parts[:, 1::2], out=power)
+        mel, weighted = out[:, :N_MELS], s.weighted[:n]
+        for k in (0, 1):
+            np.multiply(power, self._mel_w[k], out=weighted)
+            np.add.reduceat(weighted, self._mel_starts[k], axis=1, out=mel[:, k::2])
+        mel += np.float32(1e-10)
+        np.log(mel, out=mel)
+        # band envelopes: each band back in the time domain, energy per sub-frame
+        band_spec, band = s.band_spec[:n], s.band[:n]
+        for j, (k0, k1) in enumerate(self._bands):
+            band_spec[:, j, k0:k1] = spec[:, k0:k1]
+        # numpy 2 keeps float32 here; its type stubs only know a float64 ``out``
+        np.fft.irfft(band_spec, n=HOP, axis=2, out=band)  # type: ignore[arg-type]
+        np.square(band, out=band)
+        e = s.e[:n]
+        np.einsum("nbsk->nbs", band.reshape(n, nb, _N_SUB, _SUB), out=e)
+        mean, peak, e_t = s.mean[:n], s.peak[:n], s.e_t[:, :n]
+        np.einsum("nbs->nb", e, out=mean)
+        mean *= np.float32(1.0 / _N_SUB)
+        np.einsum("nbs->snb", e, out=e_t)
+        np.maximum.reduce(e_t, axis=0, out=peak)
+        crest = out[:, N_MELS : N_MELS + nb]
+        peak += np.float32(1e-12)
+        np.add(mean, np.float32(1e-12), out=crest)
+        np.divide(peak, crest, out=crest)
+        np.log(crest, out=crest)
+        d = s.d[:n]
+        np.subtract(e, mean[..., None], out=d)
+        var = s.peak[:n]  # the peak is used up
+        np.einsum("nbs,nbs->nb", d, d, out=var)
+        var *= np.float32(1.0 / _N_SUB)
+        var += np.float32(1e-20)
+        rows = d.reshape(n * nb, _N_SUB)
+        s.pad[: n * nb, :_N_SUB] = rows
+        ac, ac_max = s.ac[:, : n * nb], s.ac_max[: n * nb]
+        np.einsum("rt,rtk->kr", rows, s.lagged[: n * nb], out=ac)
+        ac /= self._lag_len[:, None]  # mean over the overlap, as ``(d[:-k] * d[k:]).mean()``
+        np.maximum.reduce(ac, axis=0, out=ac_max)
+        period = out[:, N_MELS + nb :]
+        period[...] = ac_max.reshape(n, nb)
+        np.divide(period, var, out=period)
+        np.clip(period, -1.0, 1.0, out=period)
 
     def frames(self, audio: npt.ArrayLike) -> F32:
         """Features of every whole window of a 16 kHz signal, ``(len // 320, N_FEATURES)``."""

@@ -55,13 +55,16 @@ class DetectorNet(nn.Module):
         h = self.pool(torch.relu(self.conv2(h))).flatten(1)  # (B, c2 * 10)
         return torch.relu(self.embed(torch.cat([h, crest.flatten(1)], dim=1)))
 
-    def forward(self, stacks: torch.Tensor) -> torch.Tensor:
-        """``(B, T, K, F)`` sequences of stacks -> ``(B, T)`` fault logits, from a zero state."""
+    def forward(
+        self, stacks: torch.Tensor, h0: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, T, K, F)`` sequences of stacks and the state ``(B, hidden)`` before them
+        (default: zero) -> ``(B, T)`` fault logits and the state after them."""
         b, t = stacks.shape[:2]
         e = self.encode(stacks.reshape(b * t, self.k, -1)).reshape(b, t, -1)
-        y, _ = self.gru(e)
+        y, h = self.gru(e, None if h0 is None else h0.unsqueeze(0))
         out: torch.Tensor = self.head(torch.cat([y, e], dim=2))[..., 0]
-        return out
+        return out, h[0]
 
 
 class StepWrapper(nn.Module):

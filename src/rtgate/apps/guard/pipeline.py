@@ -74,10 +74,18 @@ class Guard:
         self.features = WindowFeatures()
         slots = max(1, round(clip_s * RATE / HOP))
         self._ring = np.zeros((n, slots, HOP), dtype=np.float32)
+        self._ring.fill(0.0)  # touch every page now, not on the first ticks
         self._slot = np.zeros(n, dtype=np.int64)
+        self._all = np.arange(n)
         self.last_scores = np.zeros(n, dtype=np.float32)
+        self.features_s = 0.0  # how long the last tick's features took
         self.infer_s = 0.0  # how long the last detector call took
         self._kept = False
+        # the first tick would otherwise pay for onnxruntime's first run and the feature
+        # work arrays (tens of milliseconds at 256 stations): a fault from the first window
+        # would wait for that
+        self.features(np.zeros((n, HOP), np.float32))
+        self.detector.warm_up()
 
     def _keep(self, w: F32, idx: npt.NDArray[np.int64]) -> None:
         """Append this tick's windows to the stations' clip rings (once per tick)."""
@@ -100,16 +108,19 @@ class Guard:
     ) -> list[StopEvent]:
         """One window per station in ``rows`` (default all); returns the stops decided."""
         w = np.asarray(windows, dtype=np.float32)
-        idx = np.arange(len(self.stations)) if rows is None else np.asarray(rows, np.int64)
+        every = rows is None  # all stations in order: the detector steps them in place
+        idx = self._all if every else np.asarray(rows, np.int64)
         if w.ndim != 2 or w.shape != (len(idx), HOP):
             raise InvalidRequest(f"windows must be ({len(idx)}, {HOP}), got {w.shape}")
         self._kept = False
+        t0 = time.perf_counter()
         feats = self.features(w)
-        t = time.perf_counter()
-        scores = self.detector.step(feats, idx)
-        self.infer_s = time.perf_counter() - t
+        t1 = time.perf_counter()
+        scores = self.detector.step(feats, None if every else idx)
+        self.infer_s = time.perf_counter() - t1
+        self.features_s = t1 - t0
+        decisions = self.engine.feed(scores, window_end_ts, None if every else idx)
         self.last_scores[idx] = scores
-        decisions = self.engine.feed(scores, window_end_ts, idx)
         stops = []
         for d in decisions:  # every stop of this tick is published before anything else
             now = self.clock()

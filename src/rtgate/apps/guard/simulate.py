@@ -107,9 +107,10 @@ BEARINGS: dict[Population, tuple[Bearing, ...]] = {
         Bearing("7206", 14, 9.53, 46.0, 40.0),
     ),
 }
-# Shaft speed bands (Hz) per population: interleaved, so unseen speeds are not extrapolation.
+# Shaft speed bands (Hz) per population: interleaved, and the training bands enclose the
+# unseen ones, so an unseen speed is new but never an extrapolation.
 SPEEDS: dict[Population, tuple[tuple[float, float], ...]] = {
-    "train": ((14.0, 20.0), (27.0, 35.0), (44.0, 52.0)),
+    "train": ((14.0, 20.0), (27.0, 35.0), (44.0, 52.0), (60.0, 66.0)),
     "unseen": ((20.0, 27.0), (35.0, 44.0), (52.0, 60.0)),
 }
 
@@ -144,6 +145,7 @@ class Clip:
     onset_s: float | None = None  # when the fault starts (None: no fault)
     severity_db: float = 0.0  # fault impact peak over the background RMS
     impacts_s: tuple[float, ...] = field(default_factory=tuple)  # benign impacts
+    hiss_s: tuple[float, float] | None = None  # compressed-air hiss on (start, end)
 
     def labels(self, hop: int = 320) -> npt.NDArray[np.int8]:
         """Per-window labels: 1 when at least half of the window has the fault."""
@@ -221,8 +223,9 @@ def _machine(m: Motor, rng: np.random.Generator, t: F64, wander: F64) -> F64:
     return x
 
 
-def _factory(rng: np.random.Generator, t: F64) -> F64:
+def _factory(rng: np.random.Generator, t: F64) -> tuple[F64, tuple[float, float] | None]:
     n = len(t)
+    hiss = None
     x = _shaped_noise(rng, n, 20, 8000, -1.0)  # pink
     x += 0.1 * rng.standard_normal(n)  # sensor floor
     for _ in range(int(rng.integers(0, 5))):  # distant machines, slowly modulated
@@ -232,10 +235,12 @@ def _factory(rng: np.random.Generator, t: F64) -> F64:
     if rng.random() < 0.4:  # compressed-air hiss switching on and off
         gate = np.zeros(n)
         start = int(rng.integers(0, n))
-        gate[start : start + int(rng.uniform(0.2, 2.0) * RATE)] = 1.0
+        stop = start + int(rng.uniform(0.2, 2.0) * RATE)
+        gate[start:stop] = 1.0
+        hiss = (start / RATE, min(stop, n) / RATE)
         gate = np.convolve(gate, np.hanning(801) / 400, mode="same")
         x += rng.uniform(0.3, 1.5) * gate * _shaped_noise(rng, n, 3000, 8000, 0.0)
-    return x
+    return x, hiss
 
 
 def _benign_impacts(rng: np.random.Generator, n: int, rate_hz: float) -> tuple[F64, list[float]]:
@@ -306,7 +311,7 @@ def make_clip(
     wander = np.clip(wander - wander.mean(), -0.01, 0.01)
     machine = _machine(motor, rng, t, wander)
     machine /= np.std(machine) + 1e-12
-    noise = _factory(rng, t)
+    noise, hiss = _factory(rng, t)
     noise *= 10 ** (motor.noise_db / 20) / (np.std(noise) + 1e-12)
     bg = machine + noise
     impacts, times = _benign_impacts(rng, n, impact_rate_hz)
@@ -323,6 +328,7 @@ def make_clip(
         onset_s if fault is not None else None,
         severity_db if fault is not None else 0.0,
         tuple(times),
+        hiss,
     )
 
 

@@ -4,6 +4,13 @@ Reproducible: the simulator is seeded, torch runs deterministic algorithms on a 
 of threads, and batches are drawn from a seeded generator; the same config gives the same
 weights. Needs the ``train`` extra (torch, onnx). Optionally mixes in real recordings laid
 out as DCASE/MIMII folders (``data_dir``), labelled by file.
+
+A station runs for hours, so the GRU must not drift: clips (8 s) are cut into chunks
+(``chunk_s``) and the state is carried from one chunk to the next, detached (truncated
+backpropagation through time). The loss weighs the windows that decide the two kinds of
+error: the first ``onset_windows`` after an onset (the delay), the healthy windows of a knock
+and its ring-down, and air hiss and the ``recover_s`` after it (false stops; a hiss must not
+leave the state latched).
 """
 
 from __future__ import annotations
@@ -35,8 +42,8 @@ class TrainConfig:
     """Everything that decides the trained weights."""
 
     seed: int = 0
-    n_clips: int = 960
-    seconds: float = 4.0
+    n_clips: int = 2000
+    seconds: float = 8.0
     epochs: int = 24
     batch: int = 16
     lr: float = 3e-3
@@ -48,8 +55,12 @@ class TrainConfig:
     eval_clips: int = 240
     severity_db: tuple[float, float] = (4.0, 16.0)
     onset_windows: int = 3
-    onset_weight: float = 4.0
-    impact_weight: float = 4.0
+    onset_weight: float = 12.0
+    impact_weight: float = 6.0
+    impact_windows: int = 6
+    hiss_weight: float = 4.0
+    recover_s: float = 1.0
+    chunk_s: float = 4.0
     data_dir: str | None = None
 
     def digest(self) -> str:
@@ -78,8 +89,12 @@ def _simulated(cfg: TrainConfig) -> _Data:
             w[first : first + cfg.onset_windows] = cfg.onset_weight
         for t in clip.impacts_s:  # benign knocks on a healthy machine: the false stops
             i = int(t * 16_000) // 320
-            ring = slice(i, i + cfg.onset_windows)
+            ring = slice(i, i + cfg.impact_windows)  # the knock and its ring-down
             w[ring] = np.where(y[ring] < 0.5, cfg.impact_weight, w[ring])
+        if clip.hiss_s is not None:  # air hiss adds high-band energy, and must not latch
+            a, b = (int(t * 16_000) // 320 for t in clip.hiss_s)
+            span = slice(a, b + int(cfg.recover_s * 50))
+            w[span] = np.where(y[span] < 0.5, cfg.hiss_weight, w[span])
         data.w.append(w)
     return data
 
@@ -100,8 +115,53 @@ def _folder(cfg: TrainConfig, data: _Data) -> None:
                 data.w.append(np.ones(len(x), np.float32))
 
 
+# The network's raw scores at the operating points chosen on the tuning set (seed 3000, 480
+# clips of 8 s, used for nothing else): 0.98 is the lowest threshold there with no false stop
+# and no miss, and one window at 0.998 is clear enough to stop at once. The exported score is
+# calibrated so that these land on the rules file's documented defaults, 0.92 and 0.995:
+# ``sigmoid(a * logit + b)``, monotonic, so rankings and ROC AUC are unchanged.
+OPERATING_POINTS: tuple[tuple[float, float], tuple[float, float]] = ((0.98, 0.92), (0.998, 0.995))
+
+
+def _logit(p: float) -> float:
+    return float(np.log(p / (1.0 - p)))
+
+
+def calibration(
+    points: tuple[tuple[float, float], tuple[float, float]] = OPERATING_POINTS,
+) -> tuple[float, float]:
+    """``(a, b)`` of the logit map taking each raw score of ``points`` to its target."""
+    (r1, t1), (r2, t2) = points
+    a = (_logit(t2) - _logit(t1)) / (_logit(r2) - _logit(r1))
+    return a, _logit(t1) - a * _logit(r1)
+
+
+def calibrate(proto: Any, a: float, b: float) -> None:
+    """Rewrite an exported detector in place: ``score = sigmoid(a * logit + b)``."""
+    from onnx import helper, numpy_helper
+
+    g = proto.graph
+    sig = next((n for n in g.node if n.op_type == "Sigmoid" and n.output[0] == "score"), None)
+    if sig is None:
+        raise ValueError("no Sigmoid produces 'score': not a detector export")
+    g.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(a, np.float32), "calibration_a"),
+            numpy_helper.from_array(np.array(b, np.float32), "calibration_b"),
+        ]
+    )
+    raw = sig.input[0]
+    scaled = helper.make_node("Mul", [raw, "calibration_a"], ["calibration_scaled"])
+    shifted = helper.make_node("Add", ["calibration_scaled", "calibration_b"], ["calibrated"])
+    sig.input[0] = "calibrated"
+    at = list(g.node).index(sig)
+    g.node.insert(at, shifted)
+    g.node.insert(at, scaled)
+
+
 def export_onnx(net: Any, path: Path, info: dict[str, Any]) -> None:
-    """Write the streaming step of ``net`` as ONNX with the detector's metadata."""
+    """Write the streaming step of ``net`` as ONNX with the detector's metadata (its score
+    calibrated to :data:`OPERATING_POINTS`)."""
     import onnx
     import torch
 
@@ -123,6 +183,9 @@ def export_onnx(net: Any, path: Path, info: dict[str, Any]) -> None:
             opset_version=17,
         )
     proto = onnx.load_from_string(buf.getvalue())
+    a, b = calibration()
+    calibrate(proto, a, b)
+    info = {**info, "calibration": {"a": a, "b": b, "raw_to_score": OPERATING_POINTS}}
     meta = {"k": str(net.k), "hidden": str(net.hidden), "n_features": str(N_FEATURES)}
     meta["info"] = json.dumps(info, sort_keys=True)
     for key, value in meta.items():
@@ -147,9 +210,11 @@ def _fit(cfg: TrainConfig, data: _Data, log: Any) -> Any:
     net.mean.copy_(torch.from_numpy(allx.mean(0)))
     net.std.copy_(torch.from_numpy(allx.std(0) + 1e-3))
     t_len = min(len(x) for x in data.x)
+    chunk = max(1, int(cfg.chunk_s * 50))
+    n_chunks = -(-t_len // chunk)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, cfg.lr, total_steps=cfg.epochs * -(-len(data.x) // cfg.batch)
+        opt, cfg.lr, total_steps=cfg.epochs * -(-len(data.x) // cfg.batch) * n_chunks
     )
     bce = nn.BCEWithLogitsLoss(reduction="none")
     for epoch in range(cfg.epochs):
@@ -164,13 +229,19 @@ def _fit(cfg: TrainConfig, data: _Data, log: Any) -> Any:
             xt = torch.from_numpy(x)
             pad = torch.cat([xt[:, :1].expand(-1, cfg.k - 1, -1), xt], dim=1)
             stacks = pad.unfold(1, cfg.k, 1).permute(0, 1, 3, 2)  # (B, T, K, F)
-            loss = (bce(net(stacks), y) * w).sum() / w.sum()
-            opt.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            total += float(loss.detach()) * len(sel)
+            # truncated backpropagation through time: the state is carried from chunk to
+            # chunk, so the recurrence learns to stay put over runs longer than one chunk
+            h = torch.zeros(len(sel), net.hidden)
+            for c in range(0, t_len, chunk):
+                part = slice(c, c + chunk)
+                logits, h = net(stacks[:, part], h.detach())
+                loss = (bce(logits, y[:, part]) * w[:, part]).sum() / w[:, part].sum()
+                opt.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                total += float(loss.detach()) * len(sel) / n_chunks
         log(f"epoch {epoch + 1}/{cfg.epochs} loss {total / len(order):.4f}")
     return net.eval()
 
