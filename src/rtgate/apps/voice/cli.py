@@ -100,7 +100,7 @@ def bench_voice(
         True, help="score complete-looking clauses with the local model (off: the ablation)"
     ),
     asr_step: float | None = typer.Option(
-        None, "--asr-step", help="seconds of speech between partial decodes (default: 0.8)"
+        None, "--asr-step", help="seconds of speech between partial decodes (default: 0.4)"
     ),
 ) -> None:
     """Simulated calls: first audio after end of speech, barge-in stop, cut-ins, and the

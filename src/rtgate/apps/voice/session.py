@@ -60,10 +60,11 @@ class VoiceConfig:
     lang: str | None = None  # "zh", "en" or None (detect from the first words)
     asr_model: str = "auto"  # "base", "tiny.en", or "auto": tiny.en for English calls
     asr_threads: int = 2
-    # seconds of new speech between partial decodes: a decode still running when the caller
-    # stops delays the one that covers the end of speech (0.4 s kept Whisper base busy most
-    # of the time on 2 cores; 0.8 s cut first audio on question turns: see docs/voice.md)
-    asr_step_s: float = 0.8
+    # seconds of new speech between partial decodes: more often, a partial more often covers
+    # the end of speech already; less often, a decode still running when the caller stops
+    # delays the one that covers it less often (0.8 s wins on a busy machine, 0.4 s on a
+    # quiet one at p50: see docs/voice.md)
+    asr_step_s: float = 0.4
     llm: str = "gemma3-270m"
     # one llama.cpp thread: with two, its threads spin-wait for each other and a busy CPU
     # (Whisper decoding on the other core) makes tokens ~10x slower; one thread degrades gently
