@@ -116,8 +116,10 @@ class FakeBackend(Backend):
         budget: Budget | None = None,
         *,
         normalize: bool = False,
+        urgent: bool = False,
     ) -> list[float]:
-        """Deterministic scores with the same signature as ``LlamaCppBackend.score``."""
+        """Deterministic scores with the same signature as ``LlamaCppBackend.score``
+        (``urgent`` changes nothing here: there is no queue)."""
         if self._scorer is not None:
             return [self._scorer(prefix, c) for c in candidates]
         known = "".join(self.tokens_for(Generation(prompt=prefix)))
