@@ -178,3 +178,26 @@ async def test_endpoints_refuse_before_start_up() -> None:
     ) as client:
         r = await client.get("/healthz")
     assert r.status_code == 503 and r.json()["error"]["code"] == "starting"
+
+
+async def test_freeze_gc_comes_after_the_routers_start_up() -> None:
+    import gc
+
+    class Engine:  # what an application's router builds at start-up
+        pass
+
+    made: list[Engine] = []
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        made.append(Engine())
+        yield
+
+    def tracked(obj: object) -> bool:  # frozen objects leave the collector's generations
+        return any(o is obj for o in gc.get_objects())
+
+    async with running(extra_routers=[APIRouter(lifespan=lifespan)], freeze_gc=True):
+        assert made and not tracked(made[0])
+    assert tracked(made[0])  # released when the app stops
+    async with running(extra_routers=[APIRouter(lifespan=lifespan)]):
+        assert tracked(made[1])  # without freeze_gc nothing is frozen

@@ -197,9 +197,6 @@ def create_app(
                 _announce(asm, auth)
                 st = ServerState(config, asm, auth=auth, fleet=fleet)
                 app.state.rtgate = st
-                if freeze_gc:
-                    gc.collect()
-                    gc.freeze()
                 try:
                     yield
                 finally:
@@ -222,4 +219,22 @@ def create_app(
         app.include_router(router)
     for spec in [*extra_routers, *load_routers(config)]:
         app.include_router(_resolve(spec, config, "extra router"))
+    if freeze_gc:  # after every router's start-up too (theirs run inside the app's)
+        app.router.lifespan_context = _frozen_after(app.router.lifespan_context)
     return app
+
+
+def _frozen_after(inner: Any) -> Any:
+    """``inner`` lifespan, then ``gc.freeze()`` once everything has started."""
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[Any]:
+        async with inner(app) as state:
+            gc.collect()
+            gc.freeze()
+            try:
+                yield state
+            finally:
+                gc.unfreeze()
+
+    return lifespan
