@@ -238,8 +238,9 @@ class TurnStage(Stage):
         if covering is not None and self.p_end is not None:
             turn, text, score = self.p_end
             p = score if (turn, text) == (covering.turn, covering.text) else None
-        if silence_ms >= self.rules.wait_ms(c, p):
-            finished = c == "clause" and self.rules.wait_ms(c, p) < self.rules.clause_ms
+        wait = self.rules.wait_ms(c, p)
+        if silence_ms >= wait:
+            finished = c == "clause" and wait < self.rules.clause_ms
             await self._end("complete" if finished else c or "timeout")
 
     async def cleanup(self) -> None:
