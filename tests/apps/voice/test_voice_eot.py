@@ -7,8 +7,17 @@ from collections.abc import Sequence
 
 import pytest
 
-from rtgate.apps.voice.eot import DEFAULT_PROMPTS, EndPrompt, LMEndOfTurn
+from rtgate.apps.voice.eot import (
+    DEFAULT_PROMPTS,
+    EndPrompt,
+    Labelled,
+    LMEndOfTurn,
+    auc,
+    load_eval,
+    operating_points,
+)
 from rtgate.apps.voice.session import VoiceModels
+from rtgate.apps.voice.turns import cue
 from rtgate.budget import Budget
 from rtgate.errors import QueueFull
 
@@ -65,3 +74,58 @@ async def test_gemma_tells_a_finished_line_from_a_fragment(models: VoiceModels) 
         p_frag = await eot.p_end(fragment, "en" if fragment.isascii() else "zh")
         assert p_done is not None and p_frag is not None
         assert p_done > 0.3 > 0.1 > p_frag, (done, p_done, fragment, p_frag)
+
+
+def test_auc_and_operating_points_count_what_they_say() -> None:
+    assert auc([0.9, 0.8], [0.1, 0.2]) == 1.0
+    assert auc([0.1], [0.9]) == 0.0
+    assert auc([0.5], [0.5]) == 0.5  # a tie counts half
+    assert auc([], [0.3]) is None
+    scored = [
+        (Labelled("a", "en", True), 0.9),
+        (Labelled("b", "en", True), 0.5),
+        (Labelled("c", "en", False), 0.65),
+        (Labelled("d", "zh", False), 0.1),
+    ]
+    rep = operating_points(scored, [0.6])
+    assert rep["en"]["at"]["0.6"] == {"done_share": 0.5, "more_share": 1.0}
+    assert rep["en"]["auc"] == 0.5 and rep["zh"]["auc"] is None
+    assert rep["all"]["at"]["0.6"] == {"done_share": 0.5, "more_share": 0.5}
+
+
+def test_the_packaged_evaluation_set_is_balanced_and_reaches_the_model() -> None:
+    items = load_eval()
+    for lang in ("zh", "en"):
+        mine = [x for x in items if x.lang == lang]
+        clauses = [x for x in mine if cue(x.text) == "clause"]
+        assert len(clauses) >= 0.85 * len(mine)  # texts the rules decide alone are few
+        assert sum(x.done for x in clauses) >= 25 and sum(not x.done for x in clauses) >= 25
+    # the prompts' own lines are not in the set it is judged on
+    lines = {line.split("：", 1)[-1].split(": ", 1)[-1] for p in DEFAULT_PROMPTS.values()
+             for line in p.prefix.splitlines()}  # fmt: skip
+    assert not {x.text.rstrip("。.") for x in items} & {t.rstrip("。.") for t in lines}
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_primed_dialogue_is_restored_not_evaluated_again(models: VoiceModels) -> None:
+    from rtgate.backends.base import Generation
+    from rtgate.backends.llamacpp import LlamaCppBackend
+
+    assert isinstance(models.eot, LMEndOfTurn)
+    backend = models.eot.scorer
+    assert isinstance(backend, LlamaCppBackend)
+    eot = LMEndOfTurn(backend, budget_ms=30_000)
+    assert await eot.prime() == 2
+    before = await eot.p_end("我想改一下我的地址", "zh")
+    # a generation in between leaves another prompt in the KV cache
+    async for _ in backend.generate(Generation(prompt="Hello there, how", max_tokens=2)):
+        pass
+    restores = backend.engine_stats.prefix_restores
+    after = await eot.p_end("我想改一下我的地址", "zh")
+    assert backend.engine_stats.prefix_restores == restores + 1
+    assert before is not None and after == pytest.approx(before, abs=1e-4)
+
+
+async def test_priming_without_a_cache_is_a_no_op() -> None:
+    assert await LMEndOfTurn(FakeScorer([0.0])).prime() == 0

@@ -79,3 +79,25 @@ async def test_vad_stage_with_a_twin_scores_every_16_ms(clips: dict[str, Clip]) 
     single = _events(pcm)[1][0]
     assert starts and starts[0].t <= single.t + 1e-6  # never later than one stream alone
     assert starts[0].t == pytest.approx(0.5 + clip.onset, abs=0.08)
+
+
+@pytest.mark.slow
+async def test_the_level_fades_before_the_probability_falls(clips: dict[str, Clip]) -> None:
+    for name in ("en_bargein", "zh_hours"):
+        clip = clips[name]
+        pcm = np.concatenate(
+            [np.zeros(RATE // 2, np.float32), clip.pcm, np.zeros(RATE, np.float32)]
+        )
+        out: list[Frame] = []
+        async with Pipeline([VADStage(SileroVAD(), twin=SileroVAD())], sink=out.append) as p:
+            await p.put(AudioFrame(pcm=pcm, t=0.0))
+            await p.put(EndFrame())
+            await p.wait()
+        audio = [f for f in out if isinstance(f, AudioFrame)]
+        end = 0.5 + clip.end
+        during = [f for f in audio if 0.5 + clip.onset + 0.1 < f.end < end - 0.1]
+        assert sum(f.faded for f in during) < 0.4 * len(during)  # speech is mostly loud
+        fade = next(f.t for f in audio if f.t > end - 0.1 and f.faded and f.prob)
+        quiet = next(f.t for f in audio if f.t > end - 0.1 and f.prob is not None and f.prob < 0.5)
+        assert fade <= end + 0.05  # within a few frames of the true end
+        assert quiet - fade >= 0.032, (name, fade, quiet)  # the probability comes later

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from rtgate.apps.voice.frames import (
+    RATE,
     AgentStartedFrame,
+    AgentStoppedFrame,
     AudioFrame,
     EndFrame,
     Frame,
@@ -125,9 +127,12 @@ class FakeEndOfTurn:
         return self.table.get(text)
 
 
-async def run_scored(eot: FakeEndOfTurn, text: str) -> tuple[TurnStage, list[TurnEndFrame]]:
+async def run_scored(
+    eot: FakeEndOfTurn, text: str, rules: TurnRules = RULES
+) -> tuple[TurnStage, list[TurnEndFrame]]:
     """A clause partial, then (once scored) 0.7 s of silence; the turn ends somewhere."""
-    stage = TurnStage(RULES, eot=eot)
+    eot.scored.clear()
+    stage = TurnStage(rules, eot=eot)
     out: list[Frame] = []
     async with Pipeline([stage], sink=out.append) as p:
         await p.put(SpeechStartFrame(t=0.0))
@@ -169,3 +174,60 @@ async def test_no_score_leaves_the_rule_alone_and_questions_are_not_scored() -> 
         await p.put(EndFrame())
         await p.wait()
     assert asked.asked == []  # a question ends fast anyway; a fragment never ends early
+
+
+def test_the_surer_the_model_the_shorter_the_wait() -> None:
+    rules = TurnRules(clause_ms=600, complete_ms=350, complete_p=0.6, sure_ms=200, sure_p=0.7)
+    waits = [rules.wait_ms("clause", p) for p in (None, 0.3, 0.6, 0.69, 0.7, 0.95)]
+    assert waits == [600, 600, 350, 350, 200, 200]
+    assert rules.wait_ms("question", 0.1) == rules.question_ms  # a question needs no score
+    assert rules.wait_ms(None, 0.99) == rules.timeout_ms  # nor does a fragment get one
+
+
+async def test_a_clause_read_as_surely_finished_ends_sooner_still() -> None:
+    eot = FakeEndOfTurn({"等一下我换个问题": 0.8, "我想改一下我的地址": 0.65})
+    fast = TurnRules(
+        question_ms=100, clause_ms=400, complete_ms=250, complete_p=0.6, sure_ms=100, sure_p=0.75
+    )
+    decided = {}
+    for text in ("等一下我换个问题", "我想改一下我的地址"):
+        _stage, (end,) = await run_scored(eot, text, fast)
+        assert end.rule == "complete"
+        decided[text] = end.decided_t - 2.0
+    assert 0.1 <= decided["等一下我换个问题"] < 0.2
+    assert 0.25 <= decided["我想改一下我的地址"] < 0.35
+
+
+async def test_the_agent_starting_over_a_talking_caller_is_a_bargein() -> None:
+    # the caller started a new turn while the agent was between sentences; then the agent's
+    # next sentence starts: it is stopped at once
+    frames: list[Frame] = [AgentStoppedFrame(), SpeechStartFrame(t=7.0), AgentStartedFrame()]
+    _stage, out = await run(frames)
+    stops = [f for f in out if isinstance(f, InterruptionFrame)]
+    assert len(stops) == 1 and stops[0].t == 7.0
+    # once the caller is quiet again, or the turn is over, the agent may talk
+    _, quiet = await run([SpeechStartFrame(t=7.0), SpeechStopFrame(t=8.0), AgentStartedFrame()])
+    assert not any(isinstance(f, InterruptionFrame) for f in quiet)
+    ended: list[Frame] = [SpeechStartFrame(t=0.0), SpeechStopFrame(t=2.0)]
+    ended += [partial("请问我的话费余额还有多少？", until=2.05), *silence(2.0, 0.3)]
+    _, acked = await run([*ended, AgentStartedFrame()])
+    assert any(isinstance(f, TurnEndFrame) for f in acked)
+    assert not any(isinstance(f, InterruptionFrame) for f in acked)
+
+
+async def test_the_silence_is_dated_from_the_fade_not_from_the_probability() -> None:
+    pcm = np.zeros(int(0.016 * RATE), np.float32)
+    frames: list[Frame] = [SpeechStartFrame(t=0.0)]
+    frames += [AudioFrame(pcm=pcm, t=1.0 + 0.016 * i, prob=0.99) for i in range(5)]
+    # the voice has ended (faded) at 1.08; the probability only drops 0.096 s later
+    frames += [AudioFrame(pcm=pcm, t=1.08 + 0.016 * i, prob=0.9, faded=True) for i in range(6)]
+    frames += [AudioFrame(pcm=pcm, t=1.176 + 0.016 * i, prob=0.1, faded=True) for i in range(3)]
+    stage, _ = await run(frames)
+    assert stage.quiet_since == pytest.approx(1.08)
+    # without a fade the probability dates it, and the fade never reaches back further
+    # than backdate_s
+    frames = [SpeechStartFrame(t=0.0), AudioFrame(pcm=pcm, t=1.0, prob=0.99)]
+    frames += [AudioFrame(pcm=pcm, t=1.016 + 0.016 * i, prob=0.9, faded=True) for i in range(30)]
+    frames += [AudioFrame(pcm=pcm, t=1.5, prob=0.1, faded=True)]
+    stage, _ = await run(frames)
+    assert stage.quiet_since == pytest.approx(1.5 - RULES.backdate_s)

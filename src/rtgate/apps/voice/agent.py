@@ -17,6 +17,12 @@ Three gates, one per kind of work; nothing before the first sound waits on the c
 
 A barge-in cancels the answer in flight (and the wait for the follow-up), keeps what was
 said in the conversation history, and forwards the interruption to TTS and output.
+
+The agent holds the floor from the ack to the answer's last sentence: when the output falls
+silent in between (the ack is spoken, the answer is still being generated), its
+``AgentStoppedFrame`` is held back, so caller speech in that gap is a barge-in too (the
+answer is cancelled before it can start over the caller), not a new turn the agent then
+talks over.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from rtgate.apps.voice.frames import (
+    AgentStartedFrame,
+    AgentStoppedFrame,
     AgentTextFrame,
     EndFrame,
     Frame,
@@ -128,6 +136,8 @@ class AgentStage(Stage):
         self._answer: asyncio.Task[None] | None = None
         self._deep: asyncio.Task[None] | None = None
         self._answer_turn = 0
+        self._replying: int | None = None  # the turn whose reply holds the floor
+        self._held: AgentStoppedFrame | None = None  # the output's stop, held back meanwhile
         self._tasks: set[asyncio.Task[None]] = set()
         self.cancelled = 0  # generations cancelled by barge-ins
 
@@ -136,8 +146,15 @@ class AgentStage(Stage):
     async def process_frame(self, frame: Frame, upstream: bool) -> None:
         if isinstance(frame, SpeechStartFrame | SpeechStopFrame):
             self.caller_speaking = isinstance(frame, SpeechStartFrame)
+        elif isinstance(frame, AgentStartedFrame):
+            self._held = None  # talking again: a held stop is out of date
+        elif isinstance(frame, AgentStoppedFrame) and upstream:
+            if self._replying is not None and not frame.interrupted:
+                self._held = frame  # a pause inside the reply: the agent keeps the floor
+                return
         elif isinstance(frame, InterruptionFrame):
             self._interrupt()
+            await self._done_replying(None)
         elif isinstance(frame, TurnEndFrame):
             await self._turn_end(frame)
             return
@@ -148,7 +165,18 @@ class AgentStage(Stage):
             for t in list(self._tasks):
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+            await self._done_replying(None)
         await self.push(frame, upstream)
+
+    async def _done_replying(self, turn: int | None) -> None:
+        """The reply to ``turn`` (``None``: whatever reply) is over: the floor is the
+        caller's again, so a stop held back during the reply goes up now."""
+        if turn is not None and turn != self._replying:
+            return
+        self._replying = None
+        held, self._held = self._held, None
+        if held is not None:
+            await self.push(held, upstream=True)
 
     async def _transcript(self, frame: TranscriptFrame) -> None:
         if not frame.final:
@@ -159,6 +187,7 @@ class AgentStage(Stage):
             return
         text = frame.text or self.turn_text.get(frame.turn, "")
         if not text:
+            await self._done_replying(frame.turn)  # nothing to answer
             return
         self.turn_text[frame.turn] = text
         if frame.turn in self.interrupted:
@@ -175,6 +204,7 @@ class AgentStage(Stage):
         # no words yet (the ASR is behind): the VAD heard speech, so a generic ack still goes
         ack = None
         self._turn = frame.turn
+        self._replying = frame.turn  # from the ack to the answer's last sentence
         if frame.text.strip():
             self.turn_text.setdefault(frame.turn, frame.text)
             ack = await self._ack(frame.text, frame.lang, self.ack_turn_budget_ms)
@@ -212,6 +242,12 @@ class AgentStage(Stage):
         )
 
     async def _answer_turn_task(self, turn: int, text: str, lang: str) -> None:
+        try:
+            await self._answer_stream(turn, text, lang)
+        finally:
+            await self._done_replying(turn)
+
+    async def _answer_stream(self, turn: int, text: str, lang: str) -> None:
         req = self._request(turn, text, lang, delegate=False)
         said = self.said.setdefault(turn, [])
         answer = self.answers.setdefault(turn, [])

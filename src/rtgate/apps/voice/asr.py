@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +49,14 @@ from rtgate.apps.voice.frames import (
 from rtgate.apps.voice.pipeline import Stage
 from rtgate.errors import ConfigError, InvalidRequest
 
-__all__ = ["ASR_MODELS", "ASRStage", "Transcript", "WhisperASR", "whisper_model_dir"]
+__all__ = [
+    "ASR_MODELS",
+    "ASRStage",
+    "Transcript",
+    "WhisperASR",
+    "cut_copy",
+    "whisper_model_dir",
+]
 
 ASR_MODELS = ("base", "tiny.en")
 _FRAMES_PER_S = 100  # Whisper's mel frames per second
@@ -101,6 +108,7 @@ class Transcript:
     text: str
     lang: str
     decode_ms: float
+    tokens: tuple[int, ...] = ()  # the text tokens Whisper produced, forced prefix included
 
 
 def _clean(text: str, lang: str) -> str:
@@ -110,6 +118,18 @@ def _clean(text: str, lang: str) -> str:
 
         text = str(zhconv.convert(text, "zh-cn"))
     return text
+
+
+def cut_copy(tokens: Sequence[int], start: int, n: int = 5) -> tuple[int, ...]:
+    """``tokens`` up to the first run of ``n`` tokens at or after ``start`` that copies an
+    earlier run: forced through a prefix that already holds every word, Whisper tends to
+    start the utterance over ("… more data? Can I switch to a plan")."""
+    seq = tuple(tokens)
+    for i in range(max(start, 1), len(seq) - n + 1):
+        run = seq[i : i + n]
+        if any(seq[j : j + n] == run for j in range(i)):
+            return seq[:i]
+    return seq
 
 
 class WhisperASR:
@@ -130,11 +150,19 @@ class WhisperASR:
         return int(self.tok.token_to_id(token))
 
     def transcribe(
-        self, audio: Pcm, lang: str | None = None, *, final: bool = False, pad_s: float = 1.0
+        self,
+        audio: Pcm,
+        lang: str | None = None,
+        *,
+        final: bool = False,
+        pad_s: float = 1.0,
+        prefix: Sequence[int] = (),
     ) -> Transcript:
         """Decode ``audio`` (16 kHz float32); ``lang`` ``None`` detects it (multilingual).
 
-        The window is 30 s when ``final``, else the audio plus ``pad_s`` (at least 5 s)."""
+        The window is 30 s when ``final``, else the audio plus ``pad_s`` (at least 5 s).
+        ``prefix``: text tokens the transcript is forced to start with (evaluated in one
+        pass instead of one decoder step per token)."""
         import ctranslate2
 
         if audio.ndim != 1 or not len(audio):
@@ -164,10 +192,17 @@ class WhisperASR:
                 ]
             cap = len(prompt) + 8 + math.ceil(10 * min(seconds, 30.0))
             res = self.whisper.model.generate(
-                enc, [prompt], beam_size=1, max_length=min(cap, 440), suppress_blank=True
+                enc,
+                [prompt + list(prefix)],
+                beam_size=1,
+                max_length=min(max(cap, len(prompt) + len(prefix) + 8), 440),
+                suppress_blank=True,
             )
-        text = _clean(self.tok.decode(res[0].sequences_ids[0]), lang)
-        return Transcript(text, lang, (time.perf_counter() - t0) * 1000.0)
+        tokens = tuple(res[0].sequences_ids[0])
+        if prefix:
+            tokens = cut_copy(tokens, len(prefix))
+        text = _clean(self.tok.decode(list(tokens)), lang)
+        return Transcript(text, lang, (time.perf_counter() - t0) * 1000.0, tokens)
 
 
 class ASRStage(Stage):
@@ -178,7 +213,16 @@ class ASRStage(Stage):
     decoding is slower than speech the partials simply come less often, never queue up, and
     silence is not decoded again. The moment the VAD probability drops under ``stop``
     (speech may have ended) a decode of everything so far is started, or queued right behind
-    the running one: turn-taking waits for a transcript that covers the end.
+    the running one: turn-taking waits for a transcript that covers the end. The same
+    decode starts earlier when the level has stayed ``faded`` for ``fade_s`` (the VAD
+    stage's level drop, which leads the probability by about 0.1 s).
+
+    Partials agree locally (LocalAgreement-2, as in Macháček et al., "Turning Whisper into
+    Real-Time Transcription System", 2023): the tokens two consecutive partials share, less
+    the last ``hold``, are stable, and the next partial is forced to start with them, so
+    the decoder only steps through the words that are new (about 4.5 ms per token saved
+    with Whisper base on this CPU). The final decode is never forced: it can still correct
+    them.
 
     A :class:`TurnEndFrame` coming *up* from turn-taking triggers the final decode of the
     turn (the 30 s window with ``full_final``: more robust on long turns, ~0.5 s slower on
@@ -197,9 +241,17 @@ class ASRStage(Stage):
         preroll_s: float = 0.3,
         stop: float = 0.5,
         full_final: bool = False,
+        agree: bool = True,
+        hold: int = 2,
+        fade_s: float = 0.048,
     ) -> None:
         super().__init__()
         self.asr = asr
+        self.fade_s = fade_s
+        self._faded = 0.0  # seconds of faded audio in a row
+        self._fade_decoded = False  # this fade already started a decode
+        self.agree, self.hold = agree, hold
+        self._hyps: deque[tuple[int, ...]] = deque(maxlen=2)  # this turn's last two partials
         self.full_final = full_final
         self.step_s, self.preroll_s, self.stop = step_s, preroll_s, stop
         self.lang: str | None = None
@@ -223,6 +275,8 @@ class ASRStage(Stage):
             self.in_turn, self.turn = True, self.turn + 1
             self._buf = [f for f in self._pre if f.end > frame.t - self.preroll_s]
             self._requested_until = 0.0
+            self._hyps.clear()
+            self._faded, self._fade_decoded = 0.0, False
         elif isinstance(frame, AudioFrame):
             self._pre.append(frame)
             while self._pre and self._pre[0].t < frame.t - self.preroll_s:
@@ -230,7 +284,18 @@ class ASRStage(Stage):
             if self.in_turn:
                 self._buf.append(frame)
                 voiced = frame.prob is None or frame.prob >= self.stop
-                if self._voiced and not voiced:  # speech may have just ended: decode it all
+                self._faded = self._faded + frame.end - frame.t if frame.faded else 0.0
+                if not frame.faded:
+                    self._fade_decoded = False
+                if self._faded >= self.fade_s and not self._fade_decoded:
+                    # the level fell and stayed down: speech has likely ended, and the VAD
+                    # will say so ~0.1 s later; decode it all now (once per fade)
+                    self._fade_decoded = True
+                    self._request()
+                elif self._voiced and not voiced:
+                    # speech may have just ended: decode it all (again after a fade: with
+                    # ~0.1 s more silence after the last word, Whisper hears a final "if"
+                    # that it heard as "it." at the fade)
                     self._request()
                 elif voiced and frame.end - self._requested_until >= self.step_s:
                     self._request()
@@ -257,26 +322,43 @@ class ASRStage(Stage):
             return
         self._busy = True
         self._requested_until = self._buf[-1].end
-        self._spawn(self._decode(self.turn, list(self._buf), final=False))
+        self._spawn(self._decode(self.turn, list(self._buf), final=False, prefix=self.stable()))
+
+    def stable(self) -> tuple[int, ...]:
+        """The tokens the last two partials of this turn agree on, less the last ``hold``."""
+        if not self.agree or len(self._hyps) < 2:
+            return ()
+        a, b = self._hyps
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return a[: max(0, n - self.hold)]
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _decode(self, turn: int, frames: list[AudioFrame], final: bool) -> None:
+    async def _decode(
+        self, turn: int, frames: list[AudioFrame], final: bool, prefix: tuple[int, ...] = ()
+    ) -> None:
         try:
             if frames:
                 audio = np.concatenate([f.pcm for f in frames])
-                tr = await self._run(audio, final and self.full_final)
+                tr = await self._run(audio, final and self.full_final, prefix=prefix)
                 before = self._texts.get(turn, "")
-                if len(tr.text) < 0.8 * len(before) and not (final and self.full_final):
+                shrank = len(tr.text) < 0.8 * len(before)
+                if shrank and not prefix and not (final and self.full_final):
                     # the buffer only grew, the text shrank: Whisper dropped a segment after
                     # a pause (a window cut tight invites it); retry with more room
                     again = await self._run(audio, False, pad_s=3.0)
                     if len(again.text) > len(tr.text):
-                        tr = Transcript(again.text, again.lang, tr.decode_ms + again.decode_ms)
+                        tr = Transcript(
+                            again.text, again.lang, tr.decode_ms + again.decode_ms, again.tokens
+                        )
                 self._texts[turn] = tr.text
+                if not final and turn == self.turn and self.in_turn:
+                    self._hyps.append(tr.tokens)
                 if final and tr.text:
                     self.lang = self.lang or tr.lang  # the call's language, once words are sure
                 await self.push(
@@ -302,9 +384,13 @@ class ASRStage(Stage):
                     self._again = False
                     self._request()
 
-    async def _run(self, audio: Pcm, full: bool, pad_s: float = 1.0) -> Transcript:
+    async def _run(
+        self, audio: Pcm, full: bool, pad_s: float = 1.0, prefix: tuple[int, ...] = ()
+    ) -> Transcript:
         loop = asyncio.get_running_loop()
-        call = functools.partial(self.asr.transcribe, audio, self.lang, final=full, pad_s=pad_s)
+        call = functools.partial(
+            self.asr.transcribe, audio, self.lang, final=full, pad_s=pad_s, prefix=prefix
+        )
         return await loop.run_in_executor(self._pool, call)
 
     async def cleanup(self) -> None:

@@ -37,7 +37,7 @@ from rtgate.tiers.base import Piece, Request
 
 __all__ = ["Clip", "percentiles", "run", "speech_bounds"]
 
-FRAME = CHUNK  # samples the simulated caller sends at a time (32 ms)
+FRAME = RATE // 50  # the simulated caller sends 20 ms at a time, as a phone line (RTP) does
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,26 +139,28 @@ async def _call(
             (at most ``limit``): a caller waits for the reply before going on."""
             quiet, waited, heard = 0.0, 0.0, len(out.chunks)
             while waited < limit and not (quiet >= seconds and len(out.chunks) > heard):
-                await call.feed(silence)
+                await call.feed(silence, frame=FRAME)
                 waited += FRAME / RATE
                 quiet = 0.0 if call.output.playing else quiet + FRAME / RATE
 
-        await call.feed(np.zeros(RATE // 2, dtype=np.float32))
+        await call.feed(np.zeros(RATE // 2, dtype=np.float32), frame=FRAME)
         for turn in turns:
             if turn.bargein:
                 waited = 0.0
                 while not call.output.playing and waited < 4.0:
-                    await call.feed(silence)
+                    await call.feed(silence, frame=FRAME)
                     waited += FRAME / RATE
-                await call.feed(np.zeros(int(rng.uniform(0.3, 0.8) * RATE), dtype=np.float32))
+                await call.feed(
+                    np.zeros(int(rng.uniform(0.3, 0.8) * RATE), dtype=np.float32), frame=FRAME
+                )
             else:
                 await idle_for(rng.uniform(0.4, 0.8), 8.0)
             start = call.fed
             first, last = turn.parts[0][0], turn.parts[-1][0]
             for clip, pause in turn.parts:
-                await call.feed(clip.pcm)
+                await call.feed(clip.pcm, frame=FRAME)
                 if pause:
-                    await call.feed(np.zeros(int(pause * RATE), dtype=np.float32))
+                    await call.feed(np.zeros(int(pause * RATE), dtype=np.float32), frame=FRAME)
             turn.onset = start + first.onset
             turn.end = call.fed - len(last.pcm) / RATE + last.end
         await idle_for(0.8, 8.0)
@@ -190,6 +192,7 @@ def _score(call: VoiceCall, out: RecordingOut, turns: list[Turn], res: CallResul
                     "clips": [c.name for c, _ in turn.parts],
                     "rule": e.rule,
                     "heard": e.text,
+                    "p_end": None if e.p_end is None else round(e.p_end, 3),
                     "decided_s_before_end": round(turn.end - e.decided_t, 3),
                 }
             )
@@ -200,18 +203,40 @@ def _score(call: VoiceCall, out: RecordingOut, turns: list[Turn], res: CallResul
             res.first_audio_ms.append(ms)
             rule = ends[mine[0]].rule if mine else "none"
             res.by_rule.append((rule, ms))
-            if ms > 500:
-                heard = ends[mine[0]].text if mine else ""
-                res.slow.append(
-                    {"clips": [c.name for c, _ in turn.parts], "rule": rule, "heard": heard,
-                     "first_audio_ms": round(ms, 1)}
-                )  # fmt: skip
+            if ms > 300:
+                res.slow.append(_why_slow(call, turn, ends[mine[0]] if mine else None, ms))
         if turn.bargein:
             stops = [at for t, at in call.output.stops if turn.onset - 0.2 <= t < turn.end]
             if stops:
                 res.bargein_stop_ms.append((min(stops) - (call.t0 + turn.onset)) * 1000.0)
             else:
                 res.missed_bargeins += 1
+
+
+def _why_slow(call: VoiceCall, turn: Turn, end: TurnEndFrame | None, ms: float) -> dict[str, Any]:
+    """Where a slow turn's time went, in ms after the true end of speech: the VAD's silence
+    start, the covering partial's arrival (and its decode), the decision."""
+    row: dict[str, Any] = {"clips": [c.name for c, _ in turn.parts], "first_audio_ms": round(ms, 1)}
+    if end is None:
+        return row | {"rule": "none"}
+    t_end = call.t0 + turn.end
+    heard = [
+        (at, f)
+        for at, s, f in call.events
+        if s == "asr" and isinstance(f, TranscriptFrame) and f.turn == end.turn and not f.final
+    ]
+    cover = next(((at, f) for at, f in heard if f.text == end.text), None)
+    told = next((at for at, s, f in call.events if s == "turns" and f is end), None)
+    return row | {
+        "rule": end.rule,
+        "heard": end.text,
+        "p_end": None if end.p_end is None else round(end.p_end, 3),
+        "silence_from_ms": round((end.t - turn.end) * 1000.0, 1),
+        "decided_ms": round((end.decided_t - turn.end) * 1000.0, 1),
+        "decided_at_ms": None if told is None else round((told - t_end) * 1000.0, 1),
+        "partial_at_ms": None if cover is None else round((cover[0] - t_end) * 1000.0, 1),
+        "partial_decode_ms": None if cover is None else round(cover[1].decode_ms, 1),
+    }
 
 
 async def _serial(models: VoiceModels, clips: list[Clip], hangover_ms: float) -> list[float]:

@@ -90,6 +90,57 @@ def run(
     console.print(f"[dim]agent audio: {out}[/dim]")
 
 
+@app.command("eot-eval")
+def eot_eval(
+    json_out: Path | None = typer.Option(None, "--json", help="write the report here"),
+    data: Path | None = typer.Option(
+        None, "--data", exists=True, dir_okay=False, help="labelled clauses (eot_eval.json)"
+    ),
+    llm: str = typer.Option("gemma3-270m", help="local model: gemma3-270m or smollm2"),
+) -> None:
+    """Score labelled clauses with the semantic end-of-turn model: ROC AUC, and per
+    threshold the share of finished and of unfinished turns read as finished."""
+    from rtgate.apps.voice.eot import LMEndOfTurn, evaluate, load_eval
+    from rtgate.apps.voice.turns import TurnRules, cue
+    from rtgate.backends.llamacpp import LlamaCppBackend
+
+    rules = TurnRules()
+    every = load_eval(str(data) if data else None)
+    items = [x for x in every if cue(x.text) == "clause"]  # the rest never reach the model
+
+    async def go() -> dict[str, Any]:
+        backend = LlamaCppBackend(llm, n_threads=2)
+        try:
+            await backend.warmup()
+            eot = LMEndOfTurn(backend, budget_ms=60_000)  # offline: no deadline
+            points = sorted({0.3, 0.4, 0.5, rules.complete_p, rules.sure_p, 0.8, 0.9})
+            return await evaluate(eot, items, points)
+        finally:
+            await backend.aclose()
+
+    report = asyncio.run(go())
+    report["not_clauses"] = [x.text for x in every if cue(x.text) != "clause"]
+    report["llm"] = llm
+    table = Table(title=f"end of turn on {len(items)} clauses ({llm})")
+    table.add_column("lang")
+    table.add_column("done / more", justify="right")
+    table.add_column("AUC", justify="right")
+    for p in (rules.complete_p, rules.sure_p):
+        table.add_column(f">= {p:g}: done / more", justify="right")
+    for lang in ("zh", "en", "all"):
+        r = report[lang]
+        cells = [
+            f"{r['at'][f'{p:g}']['done_share']:.0%} / {r['at'][f'{p:g}']['more_share']:.0%}"
+            for p in (rules.complete_p, rules.sure_p)
+        ]
+        table.add_row(lang, f"{r['done']} / {r['more']}", f"{r['auc']}", *cells)
+    console.print(table)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        console.print(f"[dim]wrote {json_out}[/dim]")
+
+
 @bench_app.command("voice")
 def bench_voice(
     calls: int = typer.Option(12, "--calls", help="simulated calls (half zh, half en)"),

@@ -108,7 +108,8 @@ class TurnEndFrame(ControlFrame):
     """Turn-taking: the caller's turn ``turn`` is over; ``text`` is the latest transcript.
 
     ``t`` is when speech stopped, ``decided_t`` the audio time of the decision and
-    ``rule`` the cue that decided it (``question``, ``clause``, ``timeout``, ``end``).
+    ``rule`` the cue that decided it (``question``, ``clause``, ``complete``, ``timeout``,
+    ``end``); ``p_end`` the end-of-turn score of ``text`` when there was one.
     """
 
     turn: int
@@ -117,6 +118,7 @@ class TurnEndFrame(ControlFrame):
     t: float
     decided_t: float
     rule: str
+    p_end: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,11 +138,18 @@ class AgentStoppedFrame(ControlFrame):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AudioFrame(DataFrame):
-    """Caller audio starting at ``t``; ``prob`` is the VAD's speech probability once known."""
+    """Caller audio starting at ``t``; ``prob`` is the VAD's speech probability once known.
+
+    ``faded``: the frame's level is far below the loudest frame since speech started (the
+    VAD stage's ``fade_db``). The end of a word shows there first; Silero's probability
+    only falls 80-140 ms later, so turn-taking dates the silence from the fade, and the ASR
+    starts its end-of-speech decode on it.
+    """
 
     pcm: Pcm
     t: float
     prob: float | None = None
+    faded: bool = False
 
     @property
     def end(self) -> float:

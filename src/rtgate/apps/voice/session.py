@@ -39,6 +39,7 @@ from rtgate.apps.voice.transport import AudioOut, OutputStage, RecordingOut
 from rtgate.apps.voice.tts import TTSStage, VoiceTTS
 from rtgate.apps.voice.turns import TurnRules, TurnStage
 from rtgate.apps.voice.vad import SileroVAD, SpeechTracker, VADStage
+from rtgate.errors import InvalidRequest
 from rtgate.gate import Gate, GateConfig
 from rtgate.tiers.base import Tier
 
@@ -156,6 +157,10 @@ class VoiceModels:
         probe = "请问我的话费还有多少？"
         await self.ack_gate.warmup(Request(input=probe, max_tokens=8))
         await self.answer_gate.warmup(Request(input=probe, max_tokens=cfg.answer_tokens))
+        if isinstance(self.eot, LMEndOfTurn):
+            await self.eot.prime()
+            for lang, line in (("zh", "我想改一下我的地址"), ("en", "I need to change my address")):
+                await self.eot.p_end(line, lang)  # and one score each, through the cache
         table = json.loads(data_path("acks.json").read_text(encoding="utf-8"))
         for tpl in table["templates"]:
             lang = "zh" if tpl["id"].startswith("zh") else "en"
@@ -253,11 +258,14 @@ class VoiceCall:
     ) -> None:
         await self.pipeline.__aexit__(et, e, tb)
 
-    async def feed(self, pcm: Pcm, *, pace: bool = True) -> None:
-        """Send caller audio that follows what was sent before (in real time with ``pace``)."""
+    async def feed(self, pcm: Pcm, *, pace: bool = True, frame: int = 512) -> None:
+        """Send caller audio that follows what was sent before (in real time with ``pace``),
+        ``frame`` samples at a time (a phone line delivers 20 ms: 320)."""
+        if frame <= 0:
+            raise InvalidRequest(f"frame must be a positive number of samples, got {frame}")
         loop = asyncio.get_running_loop()
-        for i in range(0, len(pcm), 512):
-            part = pcm[i : i + 512]
+        for i in range(0, len(pcm), frame):
+            part = pcm[i : i + frame]
             t = self.fed
             self.fed += len(part) / RATE
             if pace:
@@ -310,6 +318,7 @@ class VoiceCall:
                 row.update(
                     speech_end_s=round(f.t, 3),
                     rule=f.rule,
+                    p_end=None if f.p_end is None else round(f.p_end, 3),
                     turn_end_ms=ms(at, f.t),
                     _end=f.t,
                     _id=f.id,

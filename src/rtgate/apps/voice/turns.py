@@ -8,13 +8,15 @@ transcript that covers the end of speech (:func:`cue`):
   opening) and not trailing off: the shortest wait;
 - ``clause``: a complete-looking clause (final punctuation, or long enough and not ending in
   a connective or filler): a medium wait, shortened when the local model reads the clause
-  as a finished turn (:mod:`rtgate.apps.voice.eot`, rule ``complete``);
+  as a finished turn (:mod:`rtgate.apps.voice.eot`, rule ``complete``), and shortened more
+  when it is sure (the operating points come from ``rtgate voice eot-eval``);
 - ``None``: trailing off (那个/然后/就是…, "and"/"the"/"if"…), a subordinate clause still
   waiting for its main clause (如果…/因为…/"if…"/"when…" with no comma yet), or no covering
   transcript yet: wait up to the timeout.
 
 Caller speech while the agent is talking is a barge-in: the stage sends an
-:class:`~rtgate.apps.voice.frames.InterruptionFrame` down at once.
+:class:`~rtgate.apps.voice.frames.InterruptionFrame` down at once. So is the agent starting
+to talk (a sentence that came late, a follow-up) while the caller is speaking in a new turn.
 """
 
 from __future__ import annotations
@@ -119,26 +121,33 @@ def cue(text: str) -> Cue | None:
 class TurnRules:
     """Silence (ms) that ends a turn, by the transcript's cue.
 
-    Silence starts at the first 32 ms chunk whose speech probability drops under
-    ``quiet_prob`` (Silero's probability trails off for ~0.1 s after the last syllable;
-    waiting for the VAD's own stop would add that). A transcript "covers" the end if it was
-    decoded from audio up to ``cover_s`` before the silence started.
+    Silence is confirmed by the first frame whose speech probability drops under
+    ``quiet_prob``, and dated from the end of the last frame that had not faded (at most
+    ``backdate_s`` earlier): Silero's probability trails the voice by 80-140 ms on the
+    packaged clips, the level by one frame. A transcript "covers" the end if it was decoded
+    from audio up to ``cover_s`` before the silence started.
     """
 
     question_ms: float = 64.0
     clause_ms: float = 600.0  # pauses between clauses run 200-500 ms
     complete_ms: float = 350.0  # a clause the local model reads as a finished turn
     complete_p: float = 0.6  # ... with at least this probability
+    sure_ms: float = 200.0  # ... and reads as finished with at least ``sure_p``
+    sure_p: float = 0.7
     timeout_ms: float = 1200.0  # trailing off ("那个…", "and…"): callers may pause a while
     quiet_prob: float = 0.5
     cover_s: float = 0.2
+    backdate_s: float = 0.25  # how far back the fade may date the silence
 
     def wait_ms(self, c: Cue | None, p_end: float | None = None) -> float:
         if c == "question":
             return self.question_ms
         if c == "clause":
-            finished = p_end is not None and p_end >= self.complete_p
-            return self.complete_ms if finished else self.clause_ms
+            if p_end is not None and p_end >= self.sure_p:
+                return min(self.sure_ms, self.complete_ms)
+            if p_end is not None and p_end >= self.complete_p:
+                return self.complete_ms
+            return self.clause_ms
         return self.timeout_ms
 
 
@@ -165,18 +174,25 @@ class TurnStage(Stage):
         self.turn = 0
         self.in_turn = False
         self.quiet_since: float | None = None
+        self.loud_until = 0.0  # end of the last frame that had not faded
         self.now = 0.0
         self.latest: TranscriptFrame | None = None
         self.agent_speaking = False
+        self.caller_speaking: float | None = None  # start of the caller's speech, if on now
         self.ended: list[TurnEndFrame] = []
 
     async def process_frame(self, frame: Frame, upstream: bool) -> None:
         if isinstance(frame, AgentStartedFrame | AgentStoppedFrame):
             self.agent_speaking = isinstance(frame, AgentStartedFrame)
+            if self.agent_speaking and self.in_turn and self.caller_speaking is not None:
+                # the agent starts (a late sentence, a follow-up) while the caller is already
+                # in a new turn and talking: that is a barge-in too, not a reason to talk over
+                await self.push(InterruptionFrame(t=self.caller_speaking))
             return  # consumed: the caller side only needs the floor state
         if isinstance(frame, StartFrame):
             self.lang = frame.lang or self.lang
         elif isinstance(frame, SpeechStartFrame):
+            self.caller_speaking = frame.t
             if self.agent_speaking:
                 await self.push(InterruptionFrame(t=frame.t))
             self.quiet_since = None
@@ -184,10 +200,15 @@ class TurnStage(Stage):
                 self.in_turn, self.turn, self.latest = True, self.turn + 1, None
         elif isinstance(frame, AudioFrame):
             self.now = max(self.now, frame.end)
+            if not frame.faded:
+                self.loud_until = frame.end
             if frame.prob is not None and frame.prob >= self.rules.quiet_prob:
                 self.quiet_since = None
             elif self.in_turn and self.quiet_since is None:
-                self.quiet_since = frame.t
+                # the probability trails the voice: date the silence from the fade when the
+                # level has stayed down since (at most ``backdate_s`` back)
+                since = max(self.loud_until, frame.t - self.rules.backdate_s)
+                self.quiet_since = min(frame.t, since)
             await self._check()
             return
         elif isinstance(frame, TranscriptFrame):
@@ -198,8 +219,10 @@ class TurnStage(Stage):
                 await self._check()
         elif isinstance(frame, EndFrame) and self.in_turn:
             await self._end("end")
-        elif isinstance(frame, SpeechStopFrame) and self.quiet_since is None:
-            self.quiet_since = frame.t
+        elif isinstance(frame, SpeechStopFrame):
+            self.caller_speaking = None
+            if self.quiet_since is None:
+                self.quiet_since = frame.t
         await self.push(frame, upstream)
 
     def covering(self) -> TranscriptFrame | None:
@@ -241,13 +264,13 @@ class TurnStage(Stage):
         wait = self.rules.wait_ms(c, p)
         if silence_ms >= wait:
             finished = c == "clause" and wait < self.rules.clause_ms
-            await self._end("complete" if finished else c or "timeout")
+            await self._end("complete" if finished else c or "timeout", p)
 
     async def cleanup(self) -> None:
         if self._scoring is not None:
             self._scoring.cancel()
 
-    async def _end(self, rule: str) -> None:
+    async def _end(self, rule: str, p_end: float | None = None) -> None:
         latest = self.covering() or self.latest
         stopped = self.quiet_since if self.quiet_since is not None else self.now
         ev = TurnEndFrame(
@@ -257,6 +280,7 @@ class TurnStage(Stage):
             t=stopped,
             decided_t=self.now,
             rule=rule,
+            p_end=p_end,
         )
         self.in_turn, self.latest, self.p_end = False, None, None
         self.ended.append(ev)

@@ -27,7 +27,14 @@ from rtgate.apps.voice.frames import (
 from rtgate.apps.voice.pipeline import Stage
 from rtgate.errors import ConfigError, InvalidRequest
 
-__all__ = ["CHUNK", "SileroVAD", "SpeechTracker", "VADStage", "silero_model_path"]
+__all__ = [
+    "CHUNK",
+    "SileroVAD",
+    "SpeechTracker",
+    "VADStage",
+    "level_db",
+    "silero_model_path",
+]
 
 CHUNK = 512  # samples per VAD step at 16 kHz
 _CONTEXT = 64
@@ -73,6 +80,12 @@ class SileroVAD:
         )
         self._context = x[:, -_CONTEXT:]
         return float(out[0, 0])
+
+
+def level_db(pcm: Pcm) -> float:
+    """RMS level in dB relative to full scale (-120 for digital silence)."""
+    power = float(np.mean(np.square(pcm, dtype=np.float64))) if len(pcm) else 0.0
+    return 10.0 * float(np.log10(max(power, 1e-12)))
 
 
 @dataclass(slots=True)
@@ -122,18 +135,29 @@ class VADStage(Stage):
     With a ``twin`` model the stage runs two Silero streams offset by 16 ms: each still sees
     contiguous 512-sample chunks (its state stays valid), and together they give a fresh
     probability every 16 ms, which takes ~16 ms off the time to notice a barge-in.
+
+    Each frame also says whether it has ``faded``: its level is ``fade_db`` under the
+    loudest frame since speech started (a level relative to the caller's own speech, so a
+    quiet line and a loud one behave alike; on a noisy line the noise never fades that far
+    and nothing changes).
     """
 
     name = "vad"
     policy = "drop_oldest"
 
     def __init__(
-        self, vad: SileroVAD, tracker: SpeechTracker | None = None, twin: SileroVAD | None = None
+        self,
+        vad: SileroVAD,
+        tracker: SpeechTracker | None = None,
+        twin: SileroVAD | None = None,
+        *,
+        fade_db: float = 30.0,
     ) -> None:
         super().__init__()
         self.vads = [vad] if twin is None else [twin, vad]
         self.hop = CHUNK // len(self.vads)
         self.tracker = tracker or SpeechTracker()
+        self.fade_db = fade_db
         self._reset()
 
     def _reset(self) -> None:
@@ -144,6 +168,7 @@ class VADStage(Stage):
         self._pending = np.zeros(0, dtype=np.float32)
         self._t = 0.0  # audio time of _pending[0]
         self._steps = 0
+        self._peak_db = -120.0  # loudest hop since speech started
 
     async def process_frame(self, frame: Frame, upstream: bool) -> None:
         if isinstance(frame, StartFrame):
@@ -165,6 +190,12 @@ class VADStage(Stage):
             prob = self.vads[self._steps % len(self.vads)].prob(self._window)
             self._steps += 1
             event = self.tracker.update(t, prob, hop / RATE)
+            level = level_db(piece)
+            if isinstance(event, SpeechStartFrame):
+                self._peak_db = level
+            elif self.tracker.speaking:
+                self._peak_db = max(self._peak_db, level)
             if event is not None:
                 await self.push(event)
-            await self.push(AudioFrame(pcm=piece, t=t, prob=prob))
+            faded = level < self._peak_db - self.fade_db
+            await self.push(AudioFrame(pcm=piece, t=t, prob=prob, faded=faded))
