@@ -195,3 +195,19 @@ async def test_once_the_reply_is_over_the_stop_goes_up_and_speech_is_a_new_turn(
         await p.put(EndFrame())
         await p.wait()
     assert not any(isinstance(f, InterruptionFrame) for f in down)
+
+
+@pytest.mark.slow
+@session
+async def test_the_emulated_cloud_does_not_queue_on_the_local_model(models: VoiceModels) -> None:
+    from rtgate.emulate import EmulatedLatency
+    from rtgate.tiers.llm import LLMTier
+
+    assert models.deep_gate is not None and models.answer_gate is not None
+    (cloud,) = models.deep_gate.tiers
+    (local,) = models.answer_gate.tiers
+    assert isinstance(cloud, EmulatedLatency) and isinstance(cloud.inner, LLMTier)
+    assert isinstance(local, LLMTier)
+    # a background answer on the cloud's worker leaves the local worker free for scores
+    assert cloud.inner.backend is not local.backend
+    assert models.eot is not None and getattr(models.eot, "scorer", None) is local.backend

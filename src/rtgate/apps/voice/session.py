@@ -83,7 +83,12 @@ class VoiceConfig:
 
 def _tiers(cfg: VoiceConfig) -> tuple[list[Tier], list[Tier], list[Tier], LlamaCppBackend]:
     """Tiers of the ack, answer and deep gates: templates + the local model; the local
-    model; the cloud tier (the local model behind ``CLOUD_70B`` latency: named emulation)."""
+    model; the cloud tier (the local model behind ``CLOUD_70B`` latency: named emulation).
+
+    The emulated cloud runs on its own instance of the model (its own worker and queue): a
+    real cloud costs the local model nothing, and sharing one worker put every end-of-turn
+    score and acknowledgement behind a background answer of a hundred tokens (the score
+    came too late, and a finished statement waited the 600 ms of a plain clause)."""
     from rtgate.backends.llamacpp import LlamaCppBackend
     from rtgate.emulate import CLOUD_70B, EmulatedLatency
     from rtgate.tiers.llm import FewShot, LLMTier
@@ -109,7 +114,8 @@ def _tiers(cfg: VoiceConfig) -> tuple[list[Tier], list[Tier], list[Tier], LlamaC
     local = LLMTier(
         backend, name="local", quality=50, few_shot=few("answer"), max_tokens=cfg.answer_tokens
     )
-    deep = LLMTier(backend, name="cloud", quality=90, delegable=True, few_shot=few("answer"))
+    remote = LlamaCppBackend(cfg.llm, n_threads=1)
+    deep = LLMTier(remote, name="cloud", quality=90, delegable=True, few_shot=few("answer"))
     cloud = EmulatedLatency(deep, CLOUD_70B, name="cloud")  # named emulation of a 70B model
     return [templates, ack_local], [local], [cloud], backend
 
@@ -157,6 +163,8 @@ class VoiceModels:
         probe = "请问我的话费还有多少？"
         await self.ack_gate.warmup(Request(input=probe, max_tokens=8))
         await self.answer_gate.warmup(Request(input=probe, max_tokens=cfg.answer_tokens))
+        if self.deep_gate is not None:  # loads the cloud emulation's own model
+            await self.deep_gate.warmup(Request(input=probe, max_tokens=4), rounds=1)
         if isinstance(self.eot, LMEndOfTurn):
             await self.eot.prime()
             for lang, line in (("zh", "我想改一下我的地址"), ("en", "I need to change my address")):
