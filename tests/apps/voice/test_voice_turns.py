@@ -231,3 +231,45 @@ async def test_the_silence_is_dated_from_the_fade_not_from_the_probability() -> 
     frames += [AudioFrame(pcm=pcm, t=1.5, prob=0.1, faded=True)]
     stage, _ = await run(frames)
     assert stage.quiet_since == pytest.approx(1.5 - RULES.backdate_s)
+
+
+async def test_while_the_agent_talks_a_lower_probability_is_a_bargein() -> None:
+    pcm = np.zeros(int(0.016 * RATE), np.float32)
+    stage = TurnStage(RULES)
+    out: list[Frame] = []
+    async with Pipeline([stage], sink=out.append) as p:
+        # the caller's turn is over (its speech stopped); the agent talks
+        for f in (SpeechStartFrame(t=0.0), SpeechStopFrame(t=1.0), AgentStartedFrame()):
+            await p.put(f)
+        # a faint onset (0.35), then the VAD's own speech start
+        await p.put(AudioFrame(pcm=pcm, t=2.0, prob=0.1))
+        await p.put(AudioFrame(pcm=pcm, t=2.016, prob=0.35))
+        for _ in range(100):
+            if any(isinstance(f, InterruptionFrame) for f in out):
+                break
+            await asyncio.sleep(0)
+        await p.put(AudioFrame(pcm=pcm, t=2.032, prob=0.8))
+        await p.put(SpeechStartFrame(t=2.032))
+        await p.put(EndFrame())
+        await p.wait()
+    stops = [f for f in out if isinstance(f, InterruptionFrame)]
+    assert [f.t for f in stops] == [2.016]  # at the 0.35 frame, and only once
+    # the turn just ended on a question, the VAD has not seen the speech stop yet, and the
+    # agent starts its ack: the caller's trailing probability (0.4) is not a barge-in
+    trailing: list[Frame] = []
+    async with Pipeline([TurnStage(RULES)], sink=trailing.append) as p:
+        await p.put(SpeechStartFrame(t=0.0))
+        await p.put(partial("请问我的话费余额还有多少？", until=2.0))
+        for i in range(12):
+            await p.put(AudioFrame(pcm=pcm, t=2.0 + 0.016 * i, prob=0.45))
+        for _ in range(100):
+            if any(isinstance(f, TurnEndFrame) for f in trailing):
+                break
+            await asyncio.sleep(0)
+        await p.put(AgentStartedFrame())
+        for i in range(5):
+            await p.put(AudioFrame(pcm=pcm, t=2.2 + 0.016 * i, prob=0.4))
+        await p.put(EndFrame())
+        await p.wait()
+    assert any(isinstance(f, TurnEndFrame) for f in trailing)
+    assert not any(isinstance(f, InterruptionFrame) for f in trailing)

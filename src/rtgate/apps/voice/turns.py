@@ -15,8 +15,10 @@ transcript that covers the end of speech (:func:`cue`):
   transcript yet: wait up to the timeout.
 
 Caller speech while the agent is talking is a barge-in: the stage sends an
-:class:`~rtgate.apps.voice.frames.InterruptionFrame` down at once. So is the agent starting
-to talk (a sentence that came late, a follow-up) while the caller is speaking in a new turn.
+:class:`~rtgate.apps.voice.frames.InterruptionFrame` down at once, on the first frame whose
+speech probability reaches ``barge_prob`` (0.3, under the VAD's 0.5 speech start) once the
+caller's previous speech has stopped. So is the agent starting to talk (a sentence that
+came late, a follow-up) while the caller is speaking in a new turn.
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ class TurnRules:
     quiet_prob: float = 0.5
     cover_s: float = 0.2
     backdate_s: float = 0.25  # how far back the fade may date the silence
+    barge_prob: float = 0.3  # speech probability that stops the agent while it talks
 
     def wait_ms(self, c: Cue | None, p_end: float | None = None) -> float:
         if c == "question":
@@ -178,28 +181,36 @@ class TurnStage(Stage):
         self.now = 0.0
         self.latest: TranscriptFrame | None = None
         self.agent_speaking = False
+        self._barged = False
         self.caller_speaking: float | None = None  # start of the caller's speech, if on now
         self.ended: list[TurnEndFrame] = []
 
     async def process_frame(self, frame: Frame, upstream: bool) -> None:
         if isinstance(frame, AgentStartedFrame | AgentStoppedFrame):
             self.agent_speaking = isinstance(frame, AgentStartedFrame)
+            self._barged = False
             if self.agent_speaking and self.in_turn and self.caller_speaking is not None:
                 # the agent starts (a late sentence, a follow-up) while the caller is already
                 # in a new turn and talking: that is a barge-in too, not a reason to talk over
-                await self.push(InterruptionFrame(t=self.caller_speaking))
+                await self._barge_in(self.caller_speaking)
             return  # consumed: the caller side only needs the floor state
         if isinstance(frame, StartFrame):
             self.lang = frame.lang or self.lang
         elif isinstance(frame, SpeechStartFrame):
             self.caller_speaking = frame.t
-            if self.agent_speaking:
-                await self.push(InterruptionFrame(t=frame.t))
+            if self.agent_speaking and not self._barged:
+                await self._barge_in(frame.t)
             self.quiet_since = None
             if not self.in_turn:
                 self.in_turn, self.turn, self.latest = True, self.turn + 1, None
         elif isinstance(frame, AudioFrame):
             self.now = max(self.now, frame.end)
+            barge = self.agent_speaking and not self._barged and self.caller_speaking is None
+            if barge and (frame.prob or 0.0) >= self.rules.barge_prob:
+                # the VAD's speech start needs 0.5; while the agent talks (and the caller's
+                # last speech has stopped: its probability trails off well after the turn
+                # ended), a lower bar stops it sooner (noise stays under it: docs/voice.md)
+                await self._barge_in(frame.t)
             if not frame.faded:
                 self.loud_until = frame.end
             if frame.prob is not None and frame.prob >= self.rules.quiet_prob:
@@ -265,6 +276,10 @@ class TurnStage(Stage):
         if silence_ms >= wait:
             finished = c == "clause" and wait < self.rules.clause_ms
             await self._end("complete" if finished else c or "timeout", p)
+
+    async def _barge_in(self, t: float) -> None:
+        self._barged = True  # once per stretch of agent speech
+        await self.push(InterruptionFrame(t=t))
 
     async def cleanup(self) -> None:
         if self._scoring is not None:
