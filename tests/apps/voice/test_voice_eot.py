@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,20 @@ async def test_a_primed_dialogue_is_restored_not_evaluated_again(models: VoiceMo
 
 async def test_priming_without_a_cache_is_a_no_op() -> None:
     assert await LMEndOfTurn(FakeScorer([0.0])).prime() == 0
+
+
+def test_a_bad_evaluation_file_is_a_clear_error(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rtgate.apps.voice.cli import app
+    from rtgate.errors import InvalidRequest
+
+    broken, empty = tmp_path / "broken.json", tmp_path / "empty.json"
+    broken.write_text("{not json", encoding="utf-8")
+    empty.write_text('{"zh": {"done": []}}', encoding="utf-8")
+    with pytest.raises(InvalidRequest, match="not a labelled-clause file"):
+        load_eval(str(broken))
+    with pytest.raises(InvalidRequest, match="no labelled clauses"):
+        load_eval(str(empty))
+    res = CliRunner().invoke(app, ["eot-eval", "--data", str(broken)])
+    assert res.exit_code == 2 and "not a labelled-clause file" in res.output

@@ -329,9 +329,9 @@ class ASRStage(Stage):
         if not self.agree or len(self._hyps) < 2:
             return ()
         a, b = self._hyps
-        n = 0
-        while n < min(len(a), len(b)) and a[n] == b[n]:
-            n += 1
+        n = next(
+            (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+        )
         return a[: max(0, n - self.hold)]
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:

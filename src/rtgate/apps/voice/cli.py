@@ -103,9 +103,13 @@ def eot_eval(
     from rtgate.apps.voice.eot import LMEndOfTurn, evaluate, load_eval
     from rtgate.apps.voice.turns import TurnRules, cue
     from rtgate.backends.llamacpp import LlamaCppBackend
+    from rtgate.errors import InvalidRequest
 
     rules = TurnRules()
-    every = load_eval(str(data) if data else None)
+    try:
+        every = load_eval(str(data) if data else None)
+    except InvalidRequest as e:
+        raise typer.BadParameter(str(e), param_hint="--data") from e
     items = [x for x in every if cue(x.text) == "clause"]  # the rest never reach the model
 
     async def go() -> dict[str, Any]:

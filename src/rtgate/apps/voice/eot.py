@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rtgate.budget import Budget
-from rtgate.errors import RtgateError
+from rtgate.errors import InvalidRequest, RtgateError
 
 __all__ = [
     "DEFAULT_PROMPTS",
@@ -175,13 +175,18 @@ def load_eval(path: str | None = None) -> list[Labelled]:
         from rtgate.apps.voice.session import data_path
 
         path = str(data_path("eot_eval.json"))
-    raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    out = []
-    for lang in ("zh", "en"):
-        for label in ("done", "more"):
-            out += [Labelled(t, lang, label == "done") for t in raw.get(lang, {}).get(label, [])]
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        out = [
+            Labelled(str(t), lang, label == "done")
+            for lang in ("zh", "en")
+            for label in ("done", "more")
+            for t in raw.get(lang, {}).get(label, [])
+        ]
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        raise InvalidRequest(f"{path}: not a labelled-clause file ({e})") from e
     if not out:
-        raise RtgateError(f"{path}: no labelled clauses under zh/en done/more")
+        raise InvalidRequest(f"{path}: no labelled clauses under zh/en done/more")
     return out
 
 
