@@ -43,6 +43,8 @@ def subscribe(host: str, port: int, topic: str, client_id: str | None = None) ->
     )
 
     def on_message(cl: Any, u: Any, m: Any) -> None:
+        if not m.payload:  # a retained message being cleared
+            return
         sub.got.append((time.time(), json.loads(m.payload)))
         sub.event.set()
 
@@ -54,6 +56,14 @@ def subscribe(host: str, port: int, topic: str, client_id: str | None = None) ->
     assert ready.wait(5.0), "could not subscribe"
     sub.client = c
     return sub
+
+
+def clear_retained(topic: str) -> None:
+    """Leave no retained message behind on the shared broker."""
+    import paho.mqtt.publish as single
+
+    host, port = SHARED_BROKER
+    single.single(topic, b"", qos=1, retain=True, hostname=host, port=port)
 
 
 def free_port() -> int:

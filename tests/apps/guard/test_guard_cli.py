@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from guard_helpers import SHARED_BROKER, Subscriber
+from guard_helpers import SHARED_BROKER, Subscriber, clear_retained
 from typer.testing import CliRunner
 
 from rtgate.apps.guard.audio import write_wav
@@ -46,12 +46,18 @@ def test_run_from_stdin_publishes_and_writes_a_work_order(
     host, port = SHARED_BROKER
     args = ["run", "-", "--broker", f"mqtt://{host}:{port}", "--topic", f"{topic_root}/C/stop"]
     args += ["--station", "C", "--db", str(db), "--no-llm", "--audit", str(tmp_path / "a.jsonl")]
-    res = runner.invoke(app, args, input=pcm)
-    assert res.exit_code == 0, res.output
-    printed = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    assert [p["topic"] for p in printed] == [f"{topic_root}/C/stop"]
-    assert shared_sub.wait(1)
-    assert shared_sub.got[0][1]["station"] == "C"
+    args += ["--status-topic", f"{topic_root}/{{station}}/status"]
+    try:
+        res = runner.invoke(app, args, input=pcm)
+        assert res.exit_code == 0, res.output
+        printed = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+        assert [p["topic"] for p in printed] == [f"{topic_root}/C/stop"]
+        assert shared_sub.wait(3)
+    finally:
+        clear_retained(f"{topic_root}/C/status")
+    online, stop, offline = (m for _, m in shared_sub.got[:3])
+    assert online["state"] == "online" and offline["state"] == "offline"  # around the stop
+    assert stop["station"] == "C"
     res = runner.invoke(app, ["orders", "--json", "--db", str(db)])
     orders = json.loads(res.stdout)
     assert len(orders) == 1 and set(orders[0]) == {

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from guard_helpers import SHARED_BROKER, PrivateBroker, Subscriber, subscribe
+from guard_helpers import SHARED_BROKER, PrivateBroker, Subscriber, clear_retained, subscribe
 
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.events import StopMessage
@@ -235,6 +235,65 @@ def test_broker_down_runs_the_failsafe_and_delivers_later(
         pub.close()
     events = [line for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert sum('"event": "stop_delivered"' in e for e in events) == 2
+
+
+def test_status_is_online_while_connected_and_offline_after_close(
+    topic_root: str, shared_sub: Subscriber
+) -> None:
+    status = f"{topic_root}/status"
+    pub = _publisher(*SHARED_BROKER, status_topic=status)
+    try:
+        assert pub.start()
+        assert shared_sub.wait(1)
+        online = shared_sub.got[0][1]
+        assert online["state"] == "online" and online["client_id"] == pub.client_id
+        pub.close()
+        assert shared_sub.wait(2)
+        offline = shared_sub.got[1][1]
+        assert offline["state"] == "offline" and offline["reason"] == "closed"
+        assert pub.delivered == 0 and pub.pending == 0  # status messages are not stops
+    finally:
+        clear_retained(status)
+
+
+_GUARD_THAT_HANGS = """
+import sys
+from rtgate.apps.guard.mqtt import Broker, StopPublisher
+pub = StopPublisher(Broker("127.0.0.1", 1883), sys.argv[2], status_topic=sys.argv[1])
+print("connected" if pub.start(5.0) else "no broker", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_broker_marks_a_killed_guard_offline(topic_root: str, shared_sub: Subscriber) -> None:
+    import subprocess
+
+    status = f"{topic_root}/status"
+    client_id = f"test-dying-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _GUARD_THAT_HANGS, status, client_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "connected"
+        assert shared_sub.wait(1)
+        assert shared_sub.got[0][1]["state"] == "online"
+        proc.send_signal(signal.SIGKILL)  # no DISCONNECT: the broker publishes the will
+        proc.wait(10)
+        assert shared_sub.wait(2, timeout=10.0)
+        will = shared_sub.got[1][1]
+        assert will == {"state": "offline", "client_id": client_id, "reason": "connection lost"}
+    finally:
+        proc.kill()
+        clear_retained(status)
+
+
+def test_a_status_topic_must_be_a_topic_name() -> None:
+    for bad in ("", "a/#", "a/+/b"):
+        with pytest.raises(InvalidRequest, match="status topic"):
+            StopPublisher(Broker(), "x", status_topic=bad)
 
 
 def test_command_failsafe_runs_a_command_with_the_stop(tmp_path: Path) -> None:

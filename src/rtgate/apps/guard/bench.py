@@ -220,6 +220,10 @@ def run(
             scores=np.array(trace),
             receipts=sub.got,
             orders=orders,
+            tick_ms=tick_ms,
+            features_ms=features_ms,
+            infer_ms=infer_ms,
+            late_ms=late_ms,
         )
     per_window_us = [1000 * t / streams for t in infer_ms]
     audio_s = n_win * HOP / RATE

@@ -114,6 +114,10 @@ def run(
     ] = None,
     audit: Annotated[Path | None, typer.Option(help="audit log (JSON lines)")] = None,
     rt_priority: Annotated[int, typer.Option(help="SCHED_FIFO priority (0: off)")] = 0,
+    status_topic: Annotated[
+        str,
+        typer.Option(help="retained online/offline status, with a last will ('': none)"),
+    ] = "rtgate/guard/{station}/status",
 ) -> None:
     """Guard one station in real time: stops go to the broker, explanations to work orders."""
     from rtgate.apps.guard.explain import load_machines
@@ -131,6 +135,7 @@ def run(
             f"rtgate-guard-{station}-{uuid.uuid4().hex[:6]}",
             failsafe=command_failsafe(failsafe_cmd) if failsafe_cmd else None,
             audit=AuditLog(audit),
+            status_topic=status_topic.replace("{station}", station) or None,
         )
         machines = load_machines(rules) if rules else {}
         cfg = ExplainConfig(str(db or default_db_path()), llm=llm, machines=machines)

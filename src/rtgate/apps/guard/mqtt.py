@@ -8,6 +8,14 @@ on the caller's thread: a callback (e.g. drive a relay, or run a command) and an
 
 A stop message is JSON: ``{"station", "score", "ts", "window_end_ts", "rule"}``, times in
 UNIX epoch seconds; ``window_end_ts`` is when the last sample of the deciding window arrived.
+
+A guard that has died cannot send a stop, so the line must be able to tell. With a
+``status_topic`` the publisher keeps a retained status there (QoS 1): ``{"state": "online",
+"client_id", "ts"}`` on every connection, ``{"state": "offline", ..., "reason": "closed"}``
+on ``close``, and the broker publishes ``{"state": "offline", ..., "reason": "connection
+lost"}`` itself (the MQTT last will) when the guard's connection ends any other way: a
+crash, a kill, a cable (after 1.5 keep-alives, 7.5 s). A PLC that subscribes to it treats
+anything but ``online`` as "not guarded".
 """
 
 from __future__ import annotations
@@ -119,9 +127,14 @@ class StopPublisher:
         audit: AuditLog | None = None,
         ack_timeout_s: float = 0.5,
         max_queued: int = 10_000,
+        status_topic: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if status_topic is not None and (not status_topic or set(status_topic) & {"#", "+"}):
+            raise InvalidRequest(f"status topic must be an MQTT topic name, got {status_topic!r}")
         self.broker = broker
+        self.client_id = client_id
+        self.status_topic = status_topic
         self.audit = audit or AuditLog(None)
         self.ack_timeout_s = ack_timeout_s
         self.clock = clock
@@ -130,6 +143,7 @@ class StopPublisher:
         self._lock = threading.Lock()
         self._unacked: dict[int, StopMessage] = {}
         self._early: set[int] = set()  # PUBACKs that beat publish() to recording the message
+        self._status_mids: set[int] = set()  # status messages in flight (not stops)
         # PUBACK deadlines, oldest first (all share ack_timeout_s, so they come in order),
         # watched by one thread: no thread is started per stop on the stop path. Entries
         # leave after ack_timeout_s; the client's queue (max_queued) bounds the publishes.
@@ -151,11 +165,21 @@ class StopPublisher:
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_publish = self._on_publish
+        if status_topic is not None:
+            will = self._status("offline", reason="connection lost")
+            c.will_set(status_topic, will, qos=1, retain=True)
         self._client = c
+
+    def _status(self, state: str, **extra: Any) -> bytes:
+        body = {"state": state, "client_id": self.client_id, **extra}
+        return json.dumps(body).encode()
 
     # -- paho callbacks (its network thread) ---------------------------------------------
     def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
         if not rc.is_failure:
+            if self.status_topic is not None:
+                online = self._status("online", ts=self.clock())
+                self._claim_status(client.publish(self.status_topic, online, qos=1, retain=True))
             self._connected.set()
             self.audit.write("broker_connected", broker=f"{self.broker.host}:{self.broker.port}")
 
@@ -164,8 +188,20 @@ class StopPublisher:
             self.audit.write("broker_lost", reason=str(rc))
         self._connected.clear()
 
+    def _claim_status(self, info: Any) -> None:
+        """Mark a status message's PUBACK as not a stop's."""
+        with self._lock:
+            if info.mid in self._early:  # it came first and was counted as a stop's
+                self._early.discard(info.mid)
+                self.delivered -= 1
+            else:
+                self._status_mids.add(info.mid)
+
     def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
         with self._lock:
+            if mid in self._status_mids:
+                self._status_mids.discard(mid)
+                return
             msg = self._unacked.pop(mid, None)
             if msg is None and len(self._early) < 4096:
                 self._early.add(mid)
@@ -251,11 +287,20 @@ class StopPublisher:
             time.sleep(0.01)
         return self.pending == 0
 
-    def close(self) -> None:
-        """Disconnect and stop paho's thread and the PUBACK watcher."""
+    def close(self, wait_s: float = 1.0) -> None:
+        """Disconnect and stop paho's thread and the PUBACK watcher; with a status topic,
+        first mark the guard offline (waiting up to ``wait_s`` for the broker's PUBACK)."""
         with self._due_cv:
             self._closing = True
             self._due_cv.notify()
+        if self.status_topic is not None and self._connected.is_set():
+            bye = self._status("offline", ts=self.clock(), reason="closed")
+            info = self._client.publish(self.status_topic, bye, qos=1, retain=True)
+            self._claim_status(info)
+            try:
+                info.wait_for_publish(wait_s)
+            except (RuntimeError, ValueError):  # the connection went meanwhile: the will tells
+                pass
         self._client.disconnect()
         self._client.loop_stop()
         if self._watcher is not None:
