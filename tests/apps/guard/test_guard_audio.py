@@ -171,3 +171,20 @@ def test_paced_replay_waits_for_each_window_on_a_fake_clock() -> None:
     stamps = [ts for _, ts in paced(windows, clock=lambda: now[0], sleep=sleep)]
     assert stamps == pytest.approx([100.02, 100.04, 100.06])
     assert slept == pytest.approx([0.02, 0.02, 0.02])
+
+
+def test_pcm_gives_one_row_per_picked_channel() -> None:
+    rate = 48000
+    rng = np.random.default_rng(3)
+    inter = (rng.standard_normal((rate // 2, 3)) * 3000).astype("<i2").tobytes()
+    rows = np.concatenate(
+        list(PcmReader(io.BytesIO(inter), rate=rate, channels=3, channel=[2, 0])), axis=1
+    )
+    assert rows.shape[0] == 2
+    for row, ch in zip(rows, (2, 0), strict=True):
+        alone = np.concatenate(
+            list(PcmReader(io.BytesIO(inter), rate=rate, channels=3, channel=ch))
+        )
+        np.testing.assert_array_equal(row, alone)  # each channel resampled on its own
+    with pytest.raises(InvalidRequest, match="channel layout"):
+        PcmReader(io.BytesIO(b""), channels=2, channel=[0, 2])

@@ -3,12 +3,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from guard_helpers import SHARED_BROKER, Subscriber, clear_retained
 from typer.testing import CliRunner
 
-from rtgate.apps.guard.audio import write_wav
+from rtgate.apps.guard.audio import read_wav, write_wav
 from rtgate.apps.guard.cli import app
+from rtgate.apps.guard.features import HOP
 from rtgate.apps.guard.simulate import Clip
 
 runner = CliRunner()
@@ -84,3 +86,67 @@ def test_simulate_writes_a_mimii_folder(tmp_path: Path) -> None:
 def test_orders_on_an_empty_store(tmp_path: Path) -> None:
     res = runner.invoke(app, ["orders", "--json", "--db", str(tmp_path / "none.sqlite")])
     assert res.exit_code == 0 and json.loads(res.stdout) == []
+
+
+@pytest.mark.slow
+def test_run_guards_one_station_per_stdin_channel(
+    tmp_path: Path,
+    normal_clip: Clip,
+    fault_clip: Clip,
+    shared_sub: Subscriber,
+    topic_root: str,
+) -> None:
+    both = np.stack([normal_clip.audio, fault_clip.audio], axis=1)  # interleaved: A, B
+    pcm = (both * 32767).astype("<i2").tobytes()
+    host, port = SHARED_BROKER
+    args = ["run", "-", "--broker", f"mqtt://{host}:{port}", "--channels", "2"]
+    args += ["--station", "A", "--station", "B", "--topic", f"{topic_root}/{{station}}/stop"]
+    args += ["--db", str(tmp_path / "o.sqlite"), "--no-llm"]
+    args += ["--status-topic", f"{topic_root}/{{station}}/status"]
+    try:
+        res = runner.invoke(app, args, input=pcm)
+        assert res.exit_code == 0, res.output
+        assert shared_sub.wait(3)
+    finally:
+        clear_retained(f"{topic_root}/A,B/status")
+    printed = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    assert [(p["topic"], p["station"]) for p in printed] == [(f"{topic_root}/B/stop", "B")]
+    online, stop, offline = (m for _, m in shared_sub.got[:3])
+    assert online["state"] == "online" and online["stations"] == ["A", "B"]
+    assert stop["station"] == "B" and stop["score"] >= 0.92
+    assert offline["state"] == "offline" and offline["stations"] == ["A", "B"]
+
+
+def test_run_needs_a_station_name_per_file_or_channel(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["run", "-", "--channels", "3", "--station", "A", "--station", "B"])
+    assert res.exit_code == 2 and "2 stations for 3 channels" in res.output
+    res = runner.invoke(app, ["run", "a.wav", "b.wav", "--station", "A"])
+    assert res.exit_code == 2 and "1 station names for 2 files" in res.output
+    res = runner.invoke(app, ["run", "x/a.wav", "y/a.wav"])
+    assert res.exit_code == 2 and "unique" in res.output
+    res = runner.invoke(app, ["run", "-", "a.wav"])
+    assert res.exit_code == 2 and "cannot be mixed" in res.output
+
+
+def test_files_replay_together_and_a_finished_file_drops_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rtgate.apps.guard import cli
+
+    rng = np.random.default_rng(1)
+    short = (rng.standard_normal(3 * HOP) * 0.1).astype(np.float32)
+    long = (rng.standard_normal(5 * HOP + 100) * 0.1).astype(np.float32)
+    write_wav(tmp_path / "s.wav", short)
+    write_wav(tmp_path / "l.wav", long)
+    # no waiting: each tick is stamped with its index
+    monkeypatch.setattr(cli, "paced", lambda ticks: ((t, float(i)) for i, t in enumerate(ticks)))
+    got = list(cli._windows_of_files([tmp_path / "s.wav", tmp_path / "l.wav"]))
+    assert [(w.shape, end, None if rows is None else rows.tolist()) for w, end, rows in got] == [
+        ((2, HOP), 0.0, None),
+        ((2, HOP), 1.0, None),
+        ((2, HOP), 2.0, None),
+        ((1, HOP), 3.0, [1]),
+        ((1, HOP), 4.0, [1]),
+    ]
+    back = read_wav(tmp_path / "l.wav")
+    np.testing.assert_array_equal(got[4][0][0], back[4 * HOP : 5 * HOP])

@@ -149,3 +149,17 @@ def test_framer_cuts_windows_and_stamps_their_end() -> None:
     assert len(out) == 1 and out[0][1] == pytest.approx(10.0 - 180 / RATE)
     out = list(fr.push(np.zeros(460, np.float32), 11.0))
     assert len(out) == 2 and out[-1][1] == pytest.approx(11.0)
+
+
+def test_framer_cuts_rows_of_stations_alike() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 1000)).astype(np.float32)
+    together, alone = Framer(), [Framer() for _ in range(3)]
+    got = [w for part in (x[:, :500], x[:, 500:]) for w in together.push(part, 1.0)]
+    for i, fr in enumerate(alone):
+        want = [w for part in (x[i, :500], x[i, 500:]) for w in fr.push(part, 1.0)]
+        assert [e for _, e in got] == [e for _, e in want]
+        for (rows, _), (w, _) in zip(got, want, strict=True):
+            np.testing.assert_array_equal(rows[i], w)
+    with pytest.raises(InvalidRequest, match="rows"):
+        list(together.push(np.zeros((2, 10), np.float32), 2.0))

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 F32 = npt.NDArray[np.float32]
+T = TypeVar("T")
 _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
 
 
@@ -135,17 +136,27 @@ def write_wav(path: str | Path, audio: npt.ArrayLike, rate: int = RATE) -> None:
 class PcmReader:
     """Raw signed 16-bit little-endian PCM from a byte stream, 20 ms at a time.
 
-    Yields float32 mono chunks at 16 kHz (channel ``channel`` of interleaved frames,
-    resampled from ``rate``). A read returning fewer bytes (a pipe) is completed by more reads;
+    Yields float32 chunks at 16 kHz of channel ``channel`` of interleaved frames, resampled
+    from ``rate``: 1-D for one channel; for a sequence of channels (one station per
+    microphone of a multichannel interface), ``(len(channel), n)``, one row per channel, each
+    resampled on its own. A read returning fewer bytes (a pipe) is completed by more reads;
     at the end of the stream a last partial chunk is yielded, and a torn frame is an error.
     """
 
-    def __init__(self, stream: BinaryIO, rate: int = RATE, channels: int = 1, channel: int = 0):
-        if not 1 <= channels <= 64 or not 0 <= channel < channels:
+    def __init__(
+        self,
+        stream: BinaryIO,
+        rate: int = RATE,
+        channels: int = 1,
+        channel: int | Sequence[int] = 0,
+    ) -> None:
+        picked = [channel] if isinstance(channel, int) else list(channel)
+        if not 1 <= channels <= 64 or not picked or not all(0 <= c < channels for c in picked):
             raise InvalidRequest(f"bad channel layout: channel {channel} of {channels}")
         self._stream = stream
-        self._channels, self._channel = channels, channel
-        self._resample = Resampler(rate)
+        self._channels, self._picked = channels, picked
+        self._rows = not isinstance(channel, int)
+        self._resample = [Resampler(rate) for _ in picked]
         self.frame_bytes = 2 * channels
         self.chunk_bytes = self.frame_bytes * max(1, rate * HOP // RATE)
 
@@ -167,10 +178,14 @@ class PcmReader:
                     f"PCM stream ended inside a frame ({len(buf)} bytes, frames of "
                     f"{self.frame_bytes}): not s16le with {self._channels} channel(s)?"
                 )
-            x = np.frombuffer(buf, dtype="<i2").reshape(-1, self._channels)[:, self._channel]
-            out = self._resample(x.astype(np.float32) / 32768.0, last=last)
-            if len(out):
-                yield out
+            frames = np.frombuffer(buf, dtype="<i2").reshape(-1, self._channels)
+            outs = [
+                rs(frames[:, c].astype(np.float32) / 32768.0, last=last)
+                for c, rs in zip(self._picked, self._resample, strict=True)
+            ]
+            n = min(len(o) for o in outs)  # equal: the same filter on the same lengths
+            if n:
+                yield np.stack([o[:n] for o in outs]) if self._rows else outs[0]
             if last:
                 return
 
@@ -235,12 +250,14 @@ def read_dataset(root: str | Path) -> list[DatasetItem]:
 
 
 def paced(
-    windows: Iterable[F32],
+    windows: Iterable[T],
     *,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
-) -> Iterator[tuple[F32, float]]:
+) -> Iterator[tuple[T, float]]:
     """Replay 20 ms windows in real time: yield each when its last sample would arrive.
+
+    A window may be anything that stands for 20 ms of audio (one station's, or a stack).
 
     Yields ``(window, window_end_ts)`` with ``window_end_ts`` read from ``clock`` (UNIX time)
     once the window is due. Windows that are late (a slow consumer) are yielded at once, so

@@ -22,7 +22,7 @@ from rtgate.apps.guard.features import HOP, RATE, Framer
 from rtgate.apps.guard.pipeline import Guard
 from rtgate.apps.guard.rt import realtime
 from rtgate.apps.guard.rules import Rules
-from rtgate.errors import RtgateError
+from rtgate.errors import InvalidRequest, RtgateError
 
 __all__ = ["app", "scan_files"]
 
@@ -85,24 +85,73 @@ def scan(
         print(text)
 
 
-def _windows_of_file(path: Path) -> Iterator[tuple[np.ndarray, float]]:
-    audio = read_wav(path)
-    n = len(audio) // HOP
-    yield from paced(audio[i * HOP : (i + 1) * HOP] for i in range(n))
+Windows = Iterator[tuple[np.ndarray, float, np.ndarray | None]]
+"""``(windows (rows, 320), window_end_ts, rows)``: ``rows`` None means every station."""
 
 
-def _windows_of_stdin(rate: int, channels: int) -> Iterator[tuple[np.ndarray, float]]:
+def _windows_of_files(paths: list[Path]) -> Windows:
+    """One station per file, replayed together in real time; a station whose file has ended
+    drops out of the ticks (its rows are left out)."""
+    audio = [read_wav(p) for p in paths]
+    n = [len(a) // HOP for a in audio]
+    rows = np.arange(len(paths))
+
+    def ticks() -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        for t in range(max(n, default=0)):
+            live = rows[[t < k for k in n]]
+            w = np.stack([audio[i][t * HOP : (t + 1) * HOP] for i in live])
+            yield w, None if len(live) == len(paths) else live
+
+    for (w, live), end_ts in paced(ticks()):
+        yield w, end_ts, live
+
+
+def _windows_of_stdin(rate: int, channels: int, stations: int) -> Windows:
+    """Interleaved s16le on stdin: one station per channel, or channel 0 for one station."""
     framer = Framer()
-    for chunk in PcmReader(sys.stdin.buffer, rate=rate, channels=channels):
-        yield from framer.push(chunk, time.time())
+    picked = list(range(stations)) if stations > 1 else [0]
+    for chunk in PcmReader(sys.stdin.buffer, rate=rate, channels=channels, channel=picked):
+        for w, end_ts in framer.push(chunk, time.time()):
+            yield w, end_ts, None
+
+
+def _stations(
+    sources: list[str], names: list[str] | None, channels: int
+) -> tuple[list[str], list[Path] | None]:
+    """Station names and, unless the source is stdin, their files."""
+    if sources == ["-"]:
+        if names and len(names) not in (1, channels):
+            raise InvalidRequest(
+                f"{len(names)} stations for {channels} channels: give one (channel 0) "
+                "or one per channel"
+            )
+        default = ["station"] if channels == 1 else [f"ch{i}" for i in range(channels)]
+        return names or default, None
+    if "-" in sources:
+        raise InvalidRequest("stdin (-) cannot be mixed with files")
+    files = [Path(s) for s in sources]
+    if names and len(names) != len(files):
+        raise InvalidRequest(f"{len(names)} station names for {len(files)} files")
+    chosen = names or [f.stem for f in files]
+    if len(set(chosen)) != len(chosen):
+        raise InvalidRequest(f"station names must be unique, got {chosen}")
+    return chosen, files
 
 
 @app.command()
 def run(
-    source: Annotated[str, typer.Argument(help="a WAV file (replayed in real time) or - (stdin)")],
+    sources: Annotated[
+        list[str],
+        typer.Argument(help="WAV files, one station each (replayed in real time), or - (stdin)"),
+    ],
     broker: Annotated[str, typer.Option(help="mqtt://HOST:PORT")] = "mqtt://127.0.0.1:1883",
-    topic: Annotated[str | None, typer.Option(help="stop topic (default: from the rules)")] = None,
-    station: Annotated[str, typer.Option(help="station name")] = "station",
+    topic: Annotated[
+        str | None, typer.Option(help="stop topic, {station} allowed (default: from the rules)")
+    ] = None,
+    station: Annotated[
+        list[str] | None,
+        typer.Option(help="station name; repeat: one per file or per stdin channel"),
+    ] = None,
     rate: Annotated[int, typer.Option(help="stdin sample rate (s16le)")] = RATE,
     channels: Annotated[int, typer.Option(help="stdin interleaved channels")] = 1,
     rules: RulesOpt = None,
@@ -116,40 +165,54 @@ def run(
     rt_priority: Annotated[int, typer.Option(help="SCHED_FIFO priority (0: off)")] = 0,
     status_topic: Annotated[
         str,
-        typer.Option(help="retained online/offline status, with a last will ('': none)"),
+        typer.Option(
+            help="retained online/offline status with a last will; {station}: the station, "
+            "or the stations joined by commas ('': none)"
+        ),
     ] = "rtgate/guard/{station}/status",
 ) -> None:
-    """Guard one station in real time: stops go to the broker, explanations to work orders."""
+    """Guard stations in real time: stops go to the broker, explanations to work orders.
+
+    Several stations run as one batch per 20 ms tick: several files, or one stdin channel
+    per station (``arecord -c 4 ... | rtgate guard run - --channels 4 --station A ...``).
+    """
     from rtgate.apps.guard.explain import load_machines
     from rtgate.apps.guard.explain_proc import ExplainConfig, ExplainProcess
     from rtgate.apps.guard.mqtt import AuditLog, Broker, StopPublisher, command_failsafe
     from rtgate.apps.guard.store import default_db_path
 
     try:
+        names, files = _stations(sources, station, channels)
         r = Rules.load(rules) if rules else Rules()
         if topic is not None:
-            mine = replace(r.for_station(station), topic=topic)
-            r = Rules(r.default, {**r.stations, station: mine})
+            mine = {n: replace(r.for_station(n), topic=topic) for n in names}
+            r = Rules(r.default, {**r.stations, **mine})
         pub = StopPublisher(
             Broker.parse(broker),
-            f"rtgate-guard-{station}-{uuid.uuid4().hex[:6]}",
+            f"rtgate-guard-{names[0]}-{uuid.uuid4().hex[:6]}",
             failsafe=command_failsafe(failsafe_cmd) if failsafe_cmd else None,
             audit=AuditLog(audit),
-            status_topic=status_topic.replace("{station}", station) or None,
+            status_topic=status_topic.replace("{station}", ",".join(names)) or None,
+            stations=names,
         )
         machines = load_machines(rules) if rules else {}
         cfg = ExplainConfig(str(db or default_db_path()), llm=llm, machines=machines)
         worker = ExplainProcess(cfg).start(wait=False)  # the stop path does not wait for it
-        guard = Guard([station], r, pub, detector=Detector(model), on_stop=worker.offer)
+        det = Detector(model, n_streams=len(names))
+        guard = Guard(names, r, pub, detector=det, on_stop=worker.offer)
     except RtgateError as e:
         _fail(e)
     with realtime(rt_priority):  # the stop path and the MQTT thread; the explainer is not
         if not pub.start(wait_s=2.0):
             console.print(f"[yellow]broker {broker} unreachable: stops use the fail-safe[/yellow]")
-        src = _windows_of_stdin(rate, channels) if source == "-" else _windows_of_file(Path(source))
         try:
-            for w, end_ts in src:
-                for ev in guard.process(w[None], end_ts):
+            src = (
+                _windows_of_files(files)
+                if files is not None
+                else _windows_of_stdin(rate, channels, len(names))
+            )
+            for w, end_ts, rows in src:
+                for ev in guard.process(w, end_ts, rows):
                     print(json.dumps({"topic": ev.topic, **_msg(ev.message)}, ensure_ascii=False))
                     sys.stdout.flush()
         except RtgateError as e:

@@ -289,16 +289,25 @@ class Framer:
 
     ``push(chunk, arrival_ts)`` yields ``(window, window_end_ts)``: the end time of a window is
     the arrival time of the chunk that completed it, less the samples of that chunk after it.
+    Chunks are 1-D (one station) or ``(stations, n)`` (one row per microphone, cut alike:
+    windows ``(stations, 320)``).
     """
 
     def __init__(self) -> None:
-        self._buf = np.zeros(0, dtype=np.float32)
+        self._buf: F32 | None = None
 
     def push(self, chunk: npt.ArrayLike, arrival_ts: float) -> Iterator[tuple[F32, float]]:
         x = np.asarray(chunk, dtype=np.float32)
-        self._buf = np.concatenate([self._buf, x]) if len(self._buf) else x
-        n = len(self._buf) // HOP
+        if self._buf is not None and self._buf.shape[:-1] != x.shape[:-1]:
+            raise InvalidRequest(f"chunk of shape {x.shape} after {self._buf.shape[:-1]} rows")
+        buf = (
+            x
+            if self._buf is None or not self._buf.shape[-1]
+            else np.concatenate([self._buf, x], axis=-1)
+        )
+        total = buf.shape[-1]
+        n = total // HOP
         for i in range(n):
-            after = len(self._buf) - (i + 1) * HOP  # samples that arrived after this window
-            yield self._buf[i * HOP : (i + 1) * HOP], arrival_ts - after / RATE
-        self._buf = self._buf[n * HOP :].copy()
+            after = total - (i + 1) * HOP  # samples that arrived after this window
+            yield buf[..., i * HOP : (i + 1) * HOP], arrival_ts - after / RATE
+        self._buf = buf[..., n * HOP :].copy()

@@ -11,11 +11,11 @@ UNIX epoch seconds; ``window_end_ts`` is when the last sample of the deciding wi
 
 A guard that has died cannot send a stop, so the line must be able to tell. With a
 ``status_topic`` the publisher keeps a retained status there (QoS 1): ``{"state": "online",
-"client_id", "ts"}`` on every connection, ``{"state": "offline", ..., "reason": "closed"}``
-on ``close``, and the broker publishes ``{"state": "offline", ..., "reason": "connection
-lost"}`` itself (the MQTT last will) when the guard's connection ends any other way: a
-crash, a kill, a cable (after 1.5 keep-alives, 7.5 s). A PLC that subscribes to it treats
-anything but ``online`` as "not guarded".
+"client_id", "ts", "stations"}`` on every connection, ``{"state": "offline", ...,
+"reason": "closed"}`` on ``close``, and the broker publishes ``{"state": "offline", ...,
+"reason": "connection lost"}`` itself (the MQTT last will) when the guard's connection ends
+any other way: a crash, a kill, a cable (after 1.5 keep-alives, 7.5 s). A PLC that
+subscribes to it treats anything but ``online`` as "not guarded".
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +128,7 @@ class StopPublisher:
         ack_timeout_s: float = 0.5,
         max_queued: int = 10_000,
         status_topic: str | None = None,
+        stations: Sequence[str] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         if status_topic is not None and (not status_topic or set(status_topic) & {"#", "+"}):
@@ -135,6 +136,7 @@ class StopPublisher:
         self.broker = broker
         self.client_id = client_id
         self.status_topic = status_topic
+        self.stations = list(stations)
         self.audit = audit or AuditLog(None)
         self.ack_timeout_s = ack_timeout_s
         self.clock = clock
@@ -172,6 +174,8 @@ class StopPublisher:
 
     def _status(self, state: str, **extra: Any) -> bytes:
         body = {"state": state, "client_id": self.client_id, **extra}
+        if self.stations:
+            body["stations"] = self.stations
         return json.dumps(body).encode()
 
     # -- paho callbacks (its network thread) ---------------------------------------------
