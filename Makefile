@@ -7,7 +7,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test lint typecheck pytest demo clean
 
 # Debian packages the scenarios use: espeak-ng speaks for the voice agent, chromium runs the
-# browser tests of the web pages. Installed only when missing (needs root, as on CI).
+# browser tests of the web pages, libportaudio2 reads a sound card for the guard. Installed
+# only when missing (needs root, as on CI).
 SYSTOOLS := espeak-ng chromium
 
 $(STAMP): pyproject.toml Makefile
@@ -16,6 +17,9 @@ $(STAMP): pyproject.toml Makefile
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@# PortAudio for `guard run --device` (a library: no command to look for)
+	@ldconfig -p | grep -q libportaudio.so.2 || { echo "installing Debian packages: libportaudio2"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libportaudio2 >/dev/null; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[all,dev]'

@@ -120,9 +120,15 @@ def test_run_guards_one_station_per_stdin_channel(
 def test_run_needs_a_station_name_per_file_or_channel(tmp_path: Path) -> None:
     res = runner.invoke(app, ["run", "-", "--channels", "3", "--station", "A", "--station", "B"])
     assert res.exit_code == 2 and "2 stations for 3 channels" in res.output
-    res = runner.invoke(app, ["run", "a.wav", "b.wav", "--station", "A"])
+    res = runner.invoke(app, ["run", str(tmp_path / "a.wav")])
+    assert res.exit_code == 2 and "no such file" in res.output
+    for d in ("x", "y"):
+        (tmp_path / d).mkdir()
+        write_wav(tmp_path / d / "a.wav", np.zeros(HOP, np.float32))
+    a, b = str(tmp_path / "x" / "a.wav"), str(tmp_path / "y" / "a.wav")
+    res = runner.invoke(app, ["run", a, b, "--station", "A"])
     assert res.exit_code == 2 and "1 station names for 2 files" in res.output
-    res = runner.invoke(app, ["run", "x/a.wav", "y/a.wav"])
+    res = runner.invoke(app, ["run", a, b])
     assert res.exit_code == 2 and "unique" in res.output
     res = runner.invoke(app, ["run", "-", "a.wav"])
     assert res.exit_code == 2 and "cannot be mixed" in res.output
@@ -150,3 +156,63 @@ def test_files_replay_together_and_a_finished_file_drops_out(
     ]
     back = read_wav(tmp_path / "l.wav")
     np.testing.assert_array_equal(got[4][0][0], back[4 * HOP : 5 * HOP])
+
+
+def _alsa_file_device(home: Path, raw: Path) -> None:
+    """An ALSA capture device (the ``file`` plugin over ``null``) that plays ``raw`` into
+    PortAudio: a real sound card path on a machine without a sound card."""
+    (home / ".asoundrc").write_text(
+        "pcm.rtgate_test {\n"
+        "  type file\n"
+        '  slave.pcm "null"\n'
+        '  file "/dev/null"\n'
+        f'  infile "{raw}"\n'
+        '  format "raw"\n'
+        '  hint { show on description "rtgate test capture" }\n'
+        "}\n"
+    )
+
+
+@pytest.mark.slow
+def test_run_reads_a_sound_card_one_station_per_channel(
+    tmp_path: Path,
+    normal_clip: Clip,
+    fault_clip: Clip,
+    shared_sub: Subscriber,
+    topic_root: str,
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    raw = tmp_path / "in.raw"
+    both = np.stack([fault_clip.audio, normal_clip.audio], axis=1)  # channel 0: C, 1: D
+    raw.write_bytes((both * 32767).astype("<i2").tobytes())
+    _alsa_file_device(tmp_path, raw)
+    seconds = len(fault_clip.audio) / 16000
+    rtgate = str(Path(sys.executable).parent / "rtgate")
+
+    def command(buffer_s: float) -> list[str]:
+        args = [rtgate, "guard", "run", "--device", "rtgate_test", "--channels", "2"]
+        args += ["--station", "C", "--station", "D", "--seconds", f"{seconds}"]
+        args += ["--device-buffer-s", f"{buffer_s}", "--topic", f"{topic_root}/{{station}}/stop"]
+        return [*args, "--status-topic", "", "--no-llm", "--db", str(tmp_path / "o.sqlite")]
+
+    env = {**os.environ, "HOME": str(tmp_path)}
+    res = subprocess.run(command(10.0), env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    printed = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    assert [(p["topic"], p["station"]) for p in printed] == [(f"{topic_root}/C/stop", "C")]
+    assert shared_sub.wait(1) and shared_sub.got[0][1]["station"] == "C"
+    # this device delivers as fast as PortAudio reads it, not in real time: the first 10 s
+    # were queued (the clip), the rest dropped. With room for 0.1 s the drops are reported.
+    res = subprocess.run(command(0.1), env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "blocks dropped (stop path behind)" in res.stderr
+
+
+def test_run_needs_exactly_one_kind_of_source() -> None:
+    res = runner.invoke(app, ["run"])
+    assert res.exit_code == 2 and "one of them" in res.output
+    res = runner.invoke(app, ["run", "-", "--device", "0"])
+    assert res.exit_code == 2 and "one of them" in res.output

@@ -26,6 +26,7 @@ from rtgate.errors import InvalidRequest
 __all__ = [
     "DatasetItem",
     "PcmReader",
+    "S16Decoder",
     "WavInfo",
     "paced",
     "read_dataset",
@@ -133,14 +134,46 @@ def write_wav(path: str | Path, audio: npt.ArrayLike, rate: int = RATE) -> None:
     Path(path).write_bytes(head + pcm)
 
 
+class S16Decoder:
+    """Interleaved signed 16-bit little-endian frames -> float32 chunks at 16 kHz.
+
+    ``channel``: one channel (1-D chunks) or a sequence of them (``(len(channel), n)``, one
+    row per channel, each resampled on its own, e.g. one station per microphone).
+    """
+
+    def __init__(self, rate: int = RATE, channels: int = 1, channel: int | Sequence[int] = 0):
+        picked = [channel] if isinstance(channel, int) else list(channel)
+        if not 1 <= channels <= 64 or not picked or not all(0 <= c < channels for c in picked):
+            raise InvalidRequest(f"bad channel layout: channel {channel} of {channels}")
+        self.channels, self._picked = channels, picked
+        self._rows = not isinstance(channel, int)
+        self._resample = [Resampler(rate) for _ in picked]
+        self.frame_bytes = 2 * channels
+
+    def __call__(self, buf: bytes, last: bool = False) -> F32 | None:
+        """The chunk for ``buf`` (whole frames), or None when the resampler holds it all."""
+        if len(buf) % self.frame_bytes:
+            raise InvalidRequest(
+                f"PCM stream ended inside a frame ({len(buf)} bytes, frames of "
+                f"{self.frame_bytes}): not s16le with {self.channels} channel(s)?"
+            )
+        frames = np.frombuffer(buf, dtype="<i2").reshape(-1, self.channels)
+        outs = [
+            rs(frames[:, c].astype(np.float32) / 32768.0, last=last)
+            for c, rs in zip(self._picked, self._resample, strict=True)
+        ]
+        n = min(len(o) for o in outs)  # equal: the same filter on the same lengths
+        if not n:
+            return None
+        return np.stack([o[:n] for o in outs]) if self._rows else outs[0]
+
+
 class PcmReader:
     """Raw signed 16-bit little-endian PCM from a byte stream, 20 ms at a time.
 
-    Yields float32 chunks at 16 kHz of channel ``channel`` of interleaved frames, resampled
-    from ``rate``: 1-D for one channel; for a sequence of channels (one station per
-    microphone of a multichannel interface), ``(len(channel), n)``, one row per channel, each
-    resampled on its own. A read returning fewer bytes (a pipe) is completed by more reads;
-    at the end of the stream a last partial chunk is yielded, and a torn frame is an error.
+    Yields the chunks of a :class:`S16Decoder` (``channel``: one, or a sequence for one row
+    per channel). A read returning fewer bytes (a pipe) is completed by more reads; at the end
+    of the stream a last partial chunk is yielded, and a torn frame is an error.
     """
 
     def __init__(
@@ -150,14 +183,9 @@ class PcmReader:
         channels: int = 1,
         channel: int | Sequence[int] = 0,
     ) -> None:
-        picked = [channel] if isinstance(channel, int) else list(channel)
-        if not 1 <= channels <= 64 or not picked or not all(0 <= c < channels for c in picked):
-            raise InvalidRequest(f"bad channel layout: channel {channel} of {channels}")
         self._stream = stream
-        self._channels, self._picked = channels, picked
-        self._rows = not isinstance(channel, int)
-        self._resample = [Resampler(rate) for _ in picked]
-        self.frame_bytes = 2 * channels
+        self._decode = S16Decoder(rate, channels, channel)
+        self.frame_bytes = self._decode.frame_bytes
         self.chunk_bytes = self.frame_bytes * max(1, rate * HOP // RATE)
 
     def _read_full(self) -> bytes:
@@ -173,19 +201,9 @@ class PcmReader:
         while True:
             buf = self._read_full()
             last = len(buf) < self.chunk_bytes
-            if len(buf) % self.frame_bytes:
-                raise InvalidRequest(
-                    f"PCM stream ended inside a frame ({len(buf)} bytes, frames of "
-                    f"{self.frame_bytes}): not s16le with {self._channels} channel(s)?"
-                )
-            frames = np.frombuffer(buf, dtype="<i2").reshape(-1, self._channels)
-            outs = [
-                rs(frames[:, c].astype(np.float32) / 32768.0, last=last)
-                for c, rs in zip(self._picked, self._resample, strict=True)
-            ]
-            n = min(len(o) for o in outs)  # equal: the same filter on the same lengths
-            if n:
-                yield np.stack([o[:n] for o in outs]) if self._rows else outs[0]
+            out = self._decode(buf, last=last)
+            if out is not None:
+                yield out
             if last:
                 return
 

@@ -115,11 +115,19 @@ def _windows_of_stdin(rate: int, channels: int, stations: int) -> Windows:
             yield w, end_ts, None
 
 
+def _windows_of_device(reader: Any) -> Windows:
+    """A sound card: one station per picked channel, windows stamped on arrival."""
+    framer = Framer()
+    for chunk, arrival in reader:
+        for w, end_ts in framer.push(chunk, arrival):
+            yield w, end_ts, None
+
+
 def _stations(
     sources: list[str], names: list[str] | None, channels: int
 ) -> tuple[list[str], list[Path] | None]:
-    """Station names and, unless the source is stdin, their files."""
-    if sources == ["-"]:
+    """Station names and, unless the source is stdin or a sound card (no sources), files."""
+    if sources in (["-"], []):
         if names and len(names) not in (1, channels):
             raise InvalidRequest(
                 f"{len(names)} stations for {channels} channels: give one (channel 0) "
@@ -129,6 +137,9 @@ def _stations(
         return names or default, None
     if "-" in sources:
         raise InvalidRequest("stdin (-) cannot be mixed with files")
+    if any(not Path(f).is_file() for f in sources):
+        missing = [f for f in sources if not Path(f).is_file()]
+        raise InvalidRequest(f"no such file: {', '.join(missing)}")
     files = [Path(s) for s in sources]
     if names and len(names) != len(files):
         raise InvalidRequest(f"{len(names)} station names for {len(files)} files")
@@ -141,9 +152,12 @@ def _stations(
 @app.command()
 def run(
     sources: Annotated[
-        list[str],
-        typer.Argument(help="WAV files, one station each (replayed in real time), or - (stdin)"),
-    ],
+        list[str] | None,
+        typer.Argument(
+            help="WAV files, one station each (replayed in real time), or - (stdin); "
+            "none with --device"
+        ),
+    ] = None,
     broker: Annotated[str, typer.Option(help="mqtt://HOST:PORT")] = "mqtt://127.0.0.1:1883",
     topic: Annotated[
         str | None, typer.Option(help="stop topic, {station} allowed (default: from the rules)")
@@ -152,8 +166,18 @@ def run(
         list[str] | None,
         typer.Option(help="station name; repeat: one per file or per stdin channel"),
     ] = None,
-    rate: Annotated[int, typer.Option(help="stdin sample rate (s16le)")] = RATE,
-    channels: Annotated[int, typer.Option(help="stdin interleaved channels")] = 1,
+    rate: Annotated[int, typer.Option(help="stdin or sound card sample rate")] = RATE,
+    channels: Annotated[int, typer.Option(help="stdin or sound card channels")] = 1,
+    device: Annotated[
+        str | None,
+        typer.Option(help="sound card (PortAudio name or index; the soundcard extra)"),
+    ] = None,
+    seconds: Annotated[
+        float | None, typer.Option(help="sound card: stop after this much audio")
+    ] = None,
+    device_buffer_s: Annotated[
+        float, typer.Option(help="sound card: audio that may wait before blocks are dropped")
+    ] = 2.0,
     rules: RulesOpt = None,
     model: ModelOpt = None,
     db: DbOpt = None,
@@ -173,16 +197,28 @@ def run(
 ) -> None:
     """Guard stations in real time: stops go to the broker, explanations to work orders.
 
-    Several stations run as one batch per 20 ms tick: several files, or one stdin channel
-    per station (``arecord -c 4 ... | rtgate guard run - --channels 4 --station A ...``).
+    Several stations run as one batch per 20 ms tick: several files, or one channel per
+    station of stdin (``arecord -c 4 ... | rtgate guard run - --channels 4 --station A ...``)
+    or of a sound card (``--device NAME --channels 4 --station A ...``).
     """
     from rtgate.apps.guard.explain import load_machines
     from rtgate.apps.guard.explain_proc import ExplainConfig, ExplainProcess
     from rtgate.apps.guard.mqtt import AuditLog, Broker, StopPublisher, command_failsafe
     from rtgate.apps.guard.store import default_db_path
 
+    reader = None
     try:
-        names, files = _stations(sources, station, channels)
+        if (device is None) == (not sources):
+            raise InvalidRequest("give WAV files, - (stdin), or --device (one of them)")
+        names, files = _stations(sources or [], station, channels)
+        if device is not None:
+            from rtgate.apps.guard.soundcard import DeviceReader
+
+            picked = list(range(len(names))) if len(names) > 1 else [0]
+            dev: str | int = int(device) if device.isdigit() else device
+            reader = DeviceReader(
+                dev, rate, channels, picked, seconds=seconds, buffer_s=device_buffer_s
+            )
         r = Rules.load(rules) if rules else Rules()
         if topic is not None:
             mine = {n: replace(r.for_station(n), topic=topic) for n in names}
@@ -206,11 +242,12 @@ def run(
         if not pub.start(wait_s=2.0):
             console.print(f"[yellow]broker {broker} unreachable: stops use the fail-safe[/yellow]")
         try:
-            src = (
-                _windows_of_files(files)
-                if files is not None
-                else _windows_of_stdin(rate, channels, len(names))
-            )
+            if reader is not None:
+                src = _windows_of_device(reader)
+            elif files is not None:
+                src = _windows_of_files(files)
+            else:
+                src = _windows_of_stdin(rate, channels, len(names))
             for w, end_ts, rows in src:
                 for ev in guard.process(w, end_ts, rows):
                     print(json.dumps({"topic": ev.topic, **_msg(ev.message)}, ensure_ascii=False))
@@ -222,6 +259,11 @@ def run(
         finally:
             pub.wait_delivered(5.0)
             pub.close()
+            if reader is not None and (reader.dropped or reader.overflows):
+                console.print(
+                    f"[yellow]sound card: {reader.dropped} blocks dropped (stop path behind), "
+                    f"{reader.overflows} overflows[/yellow]"
+                )
     worker.stop()
 
 
