@@ -248,6 +248,7 @@ def run(
                 src = _windows_of_files(files)
             else:
                 src = _windows_of_stdin(rate, channels, len(names))
+            guard.warm_up(4)  # again: connecting may have left it idle for seconds
             for w, end_ts, rows in src:
                 for ev in guard.process(w, end_ts, rows):
                     print(json.dumps({"topic": ev.topic, **_msg(ev.message)}, ensure_ascii=False))
