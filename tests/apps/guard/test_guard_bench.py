@@ -18,6 +18,12 @@ def test_bench_runs_stations_in_real_time_through_mosquitto() -> None:
     assert 0 < res["real_time_factor"] < 1
     for key in ("infer_batch_ms", "infer_single_stream_us", "onset_to_stop_ms", "stop_to_order_ms"):
         assert res[key]["p50"] is not None, key
+    # every detected fault is counted once by level and once by kind
+    detected = res["faulty_stations"] - res["misses"]
+    assert sum(v["n"] for v in res["onset_to_stop_ms_by_severity"].values()) == detected
+    by_fault = res["onset_to_stop_ms_by_fault"]
+    assert set(by_fault) <= {"outer", "inner", "ball"}
+    assert sum(v["n"] for v in by_fault.values()) == detected
 
 
 def test_realtime_broker_serves_stops_and_stops_on_exit() -> None:

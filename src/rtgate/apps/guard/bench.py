@@ -199,6 +199,7 @@ def run(
     e2e, onset_ms, to_pub, to_sub = [], [], [], []
     false_stops, detected = 0, set()
     by_sev: dict[str, list[float]] = {}
+    by_fault: dict[str, list[float]] = {}  # outer race, inner race, ball
     for recv, msg in sub.got:
         i = idx[msg["station"]]
         e2e.append((recv - msg["window_end_ts"]) * 1000)
@@ -212,6 +213,7 @@ def run(
             onset_ms.append((recv - onset_wall) * 1000)
             lo = 3 * int(clips[i].severity_db // 3)
             by_sev.setdefault(f"{lo}-{lo + 3} dB", []).append(onset_ms[-1])
+            by_fault.setdefault(str(clips[i].fault), []).append(onset_ms[-1])
     faulty = int(np.isfinite(onsets).sum())
     orders = WorkOrderStore(db_path).list(limit=1_000_000)
     order_ms = [(o.created_ts - o.stop_ts) * 1000 for o in orders]
@@ -258,6 +260,9 @@ def run(
         "onset_to_stop_ms_by_severity": {
             k: {"n": len(v), **_pct(v, 50, 95)}
             for k, v in sorted(by_sev.items(), key=lambda kv: int(kv[0].split("-")[0]))
+        },
+        "onset_to_stop_ms_by_fault": {
+            k: {"n": len(v), **_pct(v, 50, 95)} for k, v in sorted(by_fault.items())
         },
         "stops_received": len(sub.got),
         "faulty_stations": faulty,
