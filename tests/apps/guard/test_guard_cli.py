@@ -88,16 +88,18 @@ def test_orders_on_an_empty_store(tmp_path: Path) -> None:
     assert res.exit_code == 0 and json.loads(res.stdout) == []
 
 
+@pytest.fixture
+def normal_then_fault(normal_clip: Clip, fault_clip: Clip) -> bytes:
+    """Two-channel s16le: channel 0 a healthy motor, channel 1 one that develops a fault."""
+    both = np.stack([normal_clip.audio, fault_clip.audio], axis=1)
+    return (both * 32767).astype("<i2").tobytes()
+
+
 @pytest.mark.slow
 def test_run_guards_one_station_per_stdin_channel(
-    tmp_path: Path,
-    normal_clip: Clip,
-    fault_clip: Clip,
-    shared_sub: Subscriber,
-    topic_root: str,
+    tmp_path: Path, normal_then_fault: bytes, shared_sub: Subscriber, topic_root: str
 ) -> None:
-    both = np.stack([normal_clip.audio, fault_clip.audio], axis=1)  # interleaved: A, B
-    pcm = (both * 32767).astype("<i2").tobytes()
+    pcm = normal_then_fault  # stations A, B
     host, port = SHARED_BROKER
     args = ["run", "-", "--broker", f"mqtt://{host}:{port}", "--channels", "2"]
     args += ["--station", "A", "--station", "B", "--topic", f"{topic_root}/{{station}}/stop"]
@@ -175,21 +177,16 @@ def _alsa_file_device(home: Path, raw: Path) -> None:
 
 @pytest.mark.slow
 def test_run_reads_a_sound_card_one_station_per_channel(
-    tmp_path: Path,
-    normal_clip: Clip,
-    fault_clip: Clip,
-    shared_sub: Subscriber,
-    topic_root: str,
+    tmp_path: Path, normal_then_fault: bytes, shared_sub: Subscriber, topic_root: str
 ) -> None:
     import os
     import subprocess
     import sys
 
     raw = tmp_path / "in.raw"
-    both = np.stack([fault_clip.audio, normal_clip.audio], axis=1)  # channel 0: C, 1: D
-    raw.write_bytes((both * 32767).astype("<i2").tobytes())
+    raw.write_bytes(normal_then_fault)  # stations C, D
     _alsa_file_device(tmp_path, raw)
-    seconds = len(fault_clip.audio) / 16000
+    seconds = len(normal_then_fault) / 4 / 16000
     rtgate = str(Path(sys.executable).parent / "rtgate")
 
     def command(buffer_s: float) -> list[str]:
@@ -202,8 +199,8 @@ def test_run_reads_a_sound_card_one_station_per_channel(
     res = subprocess.run(command(10.0), env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     printed = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    assert [(p["topic"], p["station"]) for p in printed] == [(f"{topic_root}/C/stop", "C")]
-    assert shared_sub.wait(1) and shared_sub.got[0][1]["station"] == "C"
+    assert [(p["topic"], p["station"]) for p in printed] == [(f"{topic_root}/D/stop", "D")]
+    assert shared_sub.wait(1) and shared_sub.got[0][1]["station"] == "D"
     # this device delivers as fast as PortAudio reads it, not in real time: the first 10 s
     # were queued (the clip), the rest dropped. With room for 0.1 s the drops are reported.
     res = subprocess.run(command(0.1), env=env, capture_output=True, text=True, timeout=120)
