@@ -6,7 +6,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -106,19 +106,11 @@ def _windows_of_files(paths: list[Path]) -> Windows:
         yield w, end_ts, live
 
 
-def _windows_of_stdin(rate: int, channels: int, stations: int) -> Windows:
-    """Interleaved s16le on stdin: one station per channel, or channel 0 for one station."""
+def _framed(chunks: Iterable[tuple[np.ndarray, float]]) -> Windows:
+    """``(chunk (stations, n), arrival_ts)`` from stdin or a sound card, cut into windows
+    stamped from their chunk's arrival; every station in each."""
     framer = Framer()
-    picked = list(range(stations)) if stations > 1 else [0]
-    for chunk in PcmReader(sys.stdin.buffer, rate=rate, channels=channels, channel=picked):
-        for w, end_ts in framer.push(chunk, time.time()):
-            yield w, end_ts, None
-
-
-def _windows_of_device(reader: Any) -> Windows:
-    """A sound card: one station per picked channel, windows stamped on arrival."""
-    framer = Framer()
-    for chunk, arrival in reader:
+    for chunk, arrival in chunks:
         for w, end_ts in framer.push(chunk, arrival):
             yield w, end_ts, None
 
@@ -137,8 +129,8 @@ def _stations(
         return names or default, None
     if "-" in sources:
         raise InvalidRequest("stdin (-) cannot be mixed with files")
-    if any(not Path(f).is_file() for f in sources):
-        missing = [f for f in sources if not Path(f).is_file()]
+    missing = [f for f in sources if not Path(f).is_file()]
+    if missing:
         raise InvalidRequest(f"no such file: {', '.join(missing)}")
     files = [Path(s) for s in sources]
     if names and len(names) != len(files):
@@ -211,10 +203,10 @@ def run(
         if (device is None) == (not sources):
             raise InvalidRequest("give WAV files, - (stdin), or --device (one of them)")
         names, files = _stations(sources or [], station, channels)
+        picked = list(range(len(names))) if len(names) > 1 else [0]  # one station: channel 0
         if device is not None:
             from rtgate.apps.guard.soundcard import DeviceReader
 
-            picked = list(range(len(names))) if len(names) > 1 else [0]
             dev: str | int = int(device) if device.isdigit() else device
             reader = DeviceReader(
                 dev, rate, channels, picked, seconds=seconds, buffer_s=device_buffer_s
@@ -243,11 +235,12 @@ def run(
             console.print(f"[yellow]broker {broker} unreachable: stops use the fail-safe[/yellow]")
         try:
             if reader is not None:
-                src = _windows_of_device(reader)
+                src = _framed(reader)
             elif files is not None:
                 src = _windows_of_files(files)
             else:
-                src = _windows_of_stdin(rate, channels, len(names))
+                pcm = PcmReader(sys.stdin.buffer, rate=rate, channels=channels, channel=picked)
+                src = _framed((chunk, time.time()) for chunk in pcm)
             guard.warm_up(4)  # again: connecting may have left it idle for seconds
             for w, end_ts, rows in src:
                 for ev in guard.process(w, end_ts, rows):
