@@ -213,3 +213,9 @@ def test_run_needs_exactly_one_kind_of_source() -> None:
     assert res.exit_code == 2 and "one of them" in res.output
     res = runner.invoke(app, ["run", "-", "--device", "0"])
     assert res.exit_code == 2 and "one of them" in res.output
+
+
+def test_run_refuses_a_sound_card_it_cannot_open(tmp_path: Path) -> None:
+    args = ["run", "--device", "no-such-card", "--no-llm", "--db", str(tmp_path / "o.sqlite")]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "cannot open sound card 'no-such-card'" in res.output

@@ -253,12 +253,12 @@ def run(
         finally:
             pub.wait_delivered(5.0)
             pub.close()
+            worker.stop()  # also when the input failed: the child does not outlive us
             if reader is not None and (reader.dropped or reader.overflows):
                 console.print(
                     f"[yellow]sound card: {reader.dropped} blocks dropped (stop path behind), "
                     f"{reader.overflows} overflows[/yellow]"
                 )
-    worker.stop()
 
 
 def _msg(m: Any) -> dict[str, Any]:

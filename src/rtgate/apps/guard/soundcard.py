@@ -62,6 +62,13 @@ class DeviceReader:
             raise InvalidRequest(f"buffer_s must be in [0.1, 600], got {buffer_s}")
         self._decode = S16Decoder(rate, channels, channel)
         self.device, self.rate, self.channels = device, rate, channels
+        self._sd = self._open_library()
+        try:  # a wrong name, rate or channel count is an error now, not at the first read
+            self._sd.check_input_settings(
+                device=device, channels=channels, dtype="int16", samplerate=rate
+            )
+        except (ValueError, self._sd.PortAudioError) as e:
+            raise InvalidRequest(f"cannot open sound card {device!r}: {e}") from e
         self.block = max(1, rate * HOP // RATE)  # frames per callback: 20 ms
         self._limit = None if seconds is None else round(seconds * rate)
         self._blocks: queue.Queue[tuple[bytes, float]] = queue.Queue(
@@ -78,11 +85,16 @@ class DeviceReader:
         except queue.Full:
             self.dropped += 1
 
-    def __iter__(self) -> Iterator[tuple[F32, float]]:
+    @staticmethod
+    def _open_library() -> Any:
         try:
             import sounddevice as sd
         except (ImportError, OSError) as e:  # OSError: no PortAudio library
             raise InvalidRequest(f"sound card input needs the soundcard extra: {e}") from e
+        return sd
+
+    def __iter__(self) -> Iterator[tuple[F32, float]]:
+        sd = self._sd
         try:
             stream = sd.RawInputStream(
                 samplerate=self.rate,
