@@ -7,7 +7,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test lint typecheck pytest demo clean
 
 # Debian packages the scenarios use: espeak-ng speaks for the voice agent, chromium runs the
-# browser tests of the web pages, libportaudio2 reads a sound card for the guard. Installed
+# browser tests of the web pages, libportaudio2 reads a sound card for the guard, fonts-noto-cjk
+# lets Chromium draw Chinese. Installed
 # only when missing (needs root, as on CI).
 SYSTOOLS := espeak-ng chromium
 
@@ -17,6 +18,9 @@ $(STAMP): pyproject.toml Makefile
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@# a CJK font, so Chromium (browser tests, screenshots) renders Chinese instead of empty boxes
+	@dpkg -s fonts-noto-cjk >/dev/null 2>&1 || { echo "installing Debian packages: fonts-noto-cjk"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-noto-cjk >/dev/null; }
 	@# PortAudio for `guard run --device` (a library: no command to look for)
 	@ldconfig -p | grep -q libportaudio.so.2 || { echo "installing Debian packages: libportaudio2"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libportaudio2 >/dev/null; }
@@ -33,6 +37,7 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

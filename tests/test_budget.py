@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from rtgate.budget import Budget, current_budget, use_budget
-from rtgate.errors import InvalidBudget
+from rtgate.core.budget import Budget, current_budget, use_budget
+from rtgate.core.errors import InvalidBudget
 
 
 class FakeClock:

@@ -4,8 +4,9 @@ import asyncio
 
 import pytest
 
-from rtgate.delegate import InProcessQueue, Job, JobStore, new_job_id
-from rtgate.errors import JobNotFound, QueueFull
+from rtgate.core.errors import JobNotFound, QueueFull
+from rtgate.gate.inprocess_queue import InProcessQueue
+from rtgate.gate.jobs import Job, JobStore, new_job_id
 
 
 def job() -> Job:

@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from rtgate.budget import Budget
-from rtgate.emulate import CLOUD_70B, PRESETS, EmulatedLatency, LatencyProfile, LogNormal
-from rtgate.errors import Declined
-from rtgate.tiers.base import Request
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined
+from rtgate.core.request import Request
+from rtgate.tiers.emulated import CLOUD_70B, PRESETS, EmulatedLatency, LatencyProfile, LogNormal
 from rtgate.tiers.fake import FakeTier
 
 

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from rtgate.delegate.inprocess import InProcessQueue
+from rtgate.core.latency import Prior
+from rtgate.core.request import Piece, Request
 from rtgate.gate import DoneEvent, FollowupEvent, Gate, GateConfig, TokenEvent
-from rtgate.latency import Prior
-from rtgate.tiers.base import Piece, Request
+from rtgate.gate.inprocess_queue import InProcessQueue
 from rtgate.tiers.fake import FakeTier
 
 pytestmark = pytest.mark.looptime

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from rtgate.latency import CENSORED_FACTOR, LatencyModel, Prior, WindowedQuantiles
+from rtgate.core.latency import CENSORED_FACTOR, LatencyModel, Prior, WindowedQuantiles
 
 
 def test_quantiles_match_samples_within_sketch_accuracy() -> None:

@@ -3,24 +3,24 @@ from __future__ import annotations
 import inspect
 
 import rtgate
-import rtgate.errors
+import rtgate.core.errors
 
 
 def test_all_is_complete_and_importable() -> None:
     for name in rtgate.__all__:
         assert hasattr(rtgate, name), name
     exported = set(rtgate.__all__)
-    for name in rtgate.errors.__all__:
+    for name in rtgate.core.errors.__all__:
         assert name in exported, f"error {name} not re-exported"
 
 
 def test_every_error_has_a_code_and_derives_from_the_base() -> None:
     codes = set()
-    for name in rtgate.errors.__all__:
-        cls = getattr(rtgate.errors, name)
+    for name in rtgate.core.errors.__all__:
+        cls = getattr(rtgate.core.errors, name)
         assert inspect.isclass(cls) and issubclass(cls, rtgate.RtgateError)
         codes.add(cls.code)
-    assert len(codes) == len(rtgate.errors.__all__)
+    assert len(codes) == len(rtgate.core.errors.__all__)
 
 
 def test_lazy_exports_cover_exactly_all() -> None:

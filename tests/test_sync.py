@@ -10,13 +10,14 @@ from concurrent.futures import CancelledError
 
 import pytest
 
-from rtgate.budget import Budget
-from rtgate.delegate.inprocess import InProcessQueue
-from rtgate.errors import InvalidBudget, QueueFull, RtgateError
+from rtgate.core.budget import Budget
+from rtgate.core.errors import InvalidBudget, QueueFull, RtgateError
+from rtgate.core.latency import Prior
+from rtgate.core.request import Piece, Request
 from rtgate.gate import Gate, GateEvent, Scope
-from rtgate.latency import Prior
-from rtgate.sync import SyncGate
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.gate.inprocess_queue import InProcessQueue
+from rtgate.gate.sync_facade import SyncGate
+from rtgate.tiers.base import Tier
 from rtgate.tiers.fake import FakeTier
 
 WAIT = 10.0  # generous ceiling for event waits; never reached when the code is right

@@ -10,8 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rtgate.budget import Budget, current_budget, use_budget
-    from rtgate.errors import (
+    from rtgate.core.budget import Budget, current_budget, use_budget
+    from rtgate.core.errors import (
         BackendError,
         BackendProtocolError,
         BackendUnavailable,
@@ -24,15 +24,16 @@ if TYPE_CHECKING:
         RateLimited,
         RtgateError,
     )
+    from rtgate.core.latency import LatencyModel, Prior
+    from rtgate.core.metrics import GateMetrics
+    from rtgate.core.request import Message, Piece, Request
+    from rtgate.core.trace import Attempt, Trace
     from rtgate.gate import DoneEvent, FollowupEvent, Gate, GateConfig, GateResult, TokenEvent
-    from rtgate.latency import LatencyModel, Prior
-    from rtgate.metrics import GateMetrics
-    from rtgate.tiers.base import Message, Piece, Request, Tier
-    from rtgate.trace import Attempt, Trace
+    from rtgate.tiers.base import Tier
 
 _WHERE = {
-    "rtgate.budget": ("Budget", "current_budget", "use_budget"),
-    "rtgate.errors": (
+    "rtgate.core.budget": ("Budget", "current_budget", "use_budget"),
+    "rtgate.core.errors": (
         "BackendError",
         "BackendProtocolError",
         "BackendUnavailable",
@@ -46,10 +47,11 @@ _WHERE = {
         "RtgateError",
     ),
     "rtgate.gate": ("DoneEvent", "FollowupEvent", "Gate", "GateConfig", "GateResult", "TokenEvent"),
-    "rtgate.latency": ("LatencyModel", "Prior"),
-    "rtgate.metrics": ("GateMetrics",),
-    "rtgate.tiers.base": ("Message", "Piece", "Request", "Tier"),
-    "rtgate.trace": ("Attempt", "Trace"),
+    "rtgate.core.latency": ("LatencyModel", "Prior"),
+    "rtgate.core.metrics": ("GateMetrics",),
+    "rtgate.core.request": ("Message", "Piece", "Request"),
+    "rtgate.tiers.base": ("Tier",),
+    "rtgate.core.trace": ("Attempt", "Trace"),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 

@@ -6,8 +6,8 @@ import pytest
 
 from rtgate.backends.base import Generation
 from rtgate.backends.fake import FakeBackend
-from rtgate.errors import RateLimited
-from rtgate.tiers.base import Message
+from rtgate.core.errors import RateLimited
+from rtgate.core.request import Message
 
 GEN = Generation(messages=[Message("user", "hi")], max_tokens=16)
 

@@ -10,9 +10,9 @@ from llama_cpp import Llama
 
 from rtgate.backends.base import Generation
 from rtgate.backends.llamacpp import LlamaCppBackend
-from rtgate.budget import Budget
-from rtgate.errors import BackendUnavailable, InvalidRequest, QueueFull
-from rtgate.tiers.base import Message
+from rtgate.core.budget import Budget
+from rtgate.core.errors import BackendUnavailable, InvalidRequest, QueueFull
+from rtgate.core.request import Message
 
 pytestmark = pytest.mark.slow
 

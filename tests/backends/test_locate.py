@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
 from rtgate.models import locate
 from rtgate.models.locate import ModelNotFound, locate_model
 

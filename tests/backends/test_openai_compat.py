@@ -10,15 +10,15 @@ import pytest
 
 from rtgate.backends.base import Generation
 from rtgate.backends.openai_compat import OpenAICompatBackend, normalize_base_url
-from rtgate.budget import Budget
-from rtgate.errors import (
+from rtgate.core.budget import Budget
+from rtgate.core.errors import (
     BackendError,
     BackendProtocolError,
     BackendUnavailable,
     InvalidRequest,
     RateLimited,
 )
-from rtgate.tiers.base import Message
+from rtgate.core.request import Message
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 CHAT = Generation(messages=[Message("user", "hi")], max_tokens=8)

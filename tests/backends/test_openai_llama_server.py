@@ -7,8 +7,8 @@ from openai import AsyncOpenAI
 
 from rtgate.backends.base import Generation
 from rtgate.backends.openai_compat import OpenAICompatBackend
-from rtgate.budget import Budget
-from rtgate.tiers.base import Message
+from rtgate.core.budget import Budget
+from rtgate.core.request import Message
 
 pytestmark = pytest.mark.slow
 

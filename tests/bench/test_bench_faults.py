@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rtgate.bench.faults import DEFAULT_MIX, _config, _Outcome, _report
-from rtgate.config import load_config
+from rtgate.config.loader import load_config
 from rtgate.fakellm import parse_plan
 
 

@@ -9,7 +9,17 @@ from pathlib import Path
 def test_bench_gate_writes_the_two_keys(tmp_path: Path) -> None:
     out = tmp_path / "gate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "rtgate.cli", "bench", "gate", "--n", "300", "--json", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "rtgate.__main__",
+            "bench",
+            "gate",
+            "--n",
+            "300",
+            "--json",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

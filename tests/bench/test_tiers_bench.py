@@ -4,7 +4,7 @@ import pytest
 
 from rtgate.backends.base import Generation
 from rtgate.backends.fake import FakeBackend
-from rtgate.bench import tiers as bench
+from rtgate.bench import tier_latency as bench
 
 
 @pytest.mark.looptime

@@ -6,8 +6,8 @@ import asyncio
 import itertools
 from collections.abc import Callable
 
-from rtgate.delegate.base import Job, new_job_id
-from rtgate.tiers.base import Request
+from rtgate.core.request import Request
+from rtgate.gate.jobs import Job, new_job_id
 from rtgate.tiers.fake import FakeTier
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import redis.asyncio as aioredis
 
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 from rtgate.tiers.cache import ExactCache
 from rtgate.tiers.cache_redis import RedisCacheStore
 from rtgate.tiers.cache_store import CacheEntry

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rtgate.delegate.base import Job
+from rtgate.core.errors import ConfigError, InvalidRequest
+from rtgate.core.request import Message, Request
 from rtgate.delegate.codec import (
     apply_result,
     decode_job,
@@ -13,11 +14,10 @@ from rtgate.delegate.codec import (
     request_to_dict,
 )
 from rtgate.delegate.factory import DelegationSettings, make_queue
-from rtgate.delegate.inprocess import InProcessQueue
 from rtgate.delegate.jetstream import JetStreamQueue
 from rtgate.delegate.redis_streams import RedisStreamsQueue
-from rtgate.errors import ConfigError, InvalidRequest
-from rtgate.tiers.base import Message, Request
+from rtgate.gate.inprocess_queue import InProcessQueue
+from rtgate.gate.jobs import Job
 
 
 def test_a_request_survives_the_wire() -> None:

@@ -9,14 +9,14 @@ from collections.abc import Callable
 import pytest
 from delegate_helpers import cloud_tier, eventually, idle_runner, job
 
-from rtgate.delegate.base import Job, JobStore
+from rtgate.core.errors import QueueFull
+from rtgate.core.latency import Prior
+from rtgate.core.request import Request
 from rtgate.delegate.broker import REFUSED
 from rtgate.delegate.jetstream import DURABLE, JetStreamQueue
-from rtgate.delegate.runner import TierRunner
-from rtgate.errors import QueueFull
 from rtgate.gate import Gate, GateConfig
-from rtgate.latency import Prior
-from rtgate.tiers.base import Request
+from rtgate.gate.job_runner import TierRunner
+from rtgate.gate.jobs import Job, JobStore
 from rtgate.tiers.fake import FakeTier
 
 Make = Callable[..., JetStreamQueue]

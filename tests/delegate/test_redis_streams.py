@@ -11,14 +11,14 @@ import pytest
 import redis.asyncio as aioredis
 from delegate_helpers import cloud_tier, eventually, idle_runner, job
 
-from rtgate.delegate.base import Job, JobStore, new_job_id
+from rtgate.core.errors import JobNotFound, QueueFull
+from rtgate.core.latency import Prior
+from rtgate.core.request import Request
 from rtgate.delegate.broker import REFUSED, find_job, wait_job
 from rtgate.delegate.redis_streams import GROUP, RedisStreamsQueue
-from rtgate.delegate.runner import TierRunner
-from rtgate.errors import JobNotFound, QueueFull
 from rtgate.gate import Gate, GateConfig
-from rtgate.latency import Prior
-from rtgate.tiers.base import Request
+from rtgate.gate.job_runner import TierRunner
+from rtgate.gate.jobs import Job, JobStore, new_job_id
 from rtgate.tiers.fake import FakeTier
 
 Make = Callable[..., RedisStreamsQueue]

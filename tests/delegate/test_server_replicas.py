@@ -15,18 +15,18 @@ import httpx
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from rtgate.config import Config, load_config
-from rtgate.delegate.base import Job, JobStore, new_job_id
+from rtgate.config.loader import Config, load_config
+from rtgate.core.latency import LatencyModel, Prior
+from rtgate.core.request import Request
 from rtgate.delegate.factory import DelegationSettings, make_queue
 from rtgate.delegate.redis_streams import RedisStreamsQueue
-from rtgate.delegate.runner import TierRunner
 from rtgate.delegate.warm import SharedLatency
 from rtgate.gate import Gate, GateConfig
-from rtgate.latency import LatencyModel, Prior
+from rtgate.gate.job_runner import TierRunner
+from rtgate.gate.jobs import Job, JobStore, new_job_id
 from rtgate.server import create_app
 from rtgate.server.fleet import shared_latency
 from rtgate.server.state import ServerState
-from rtgate.tiers.base import Request
 from rtgate.tiers.fake import FakeTier
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -205,7 +205,7 @@ async def test_redis_down_costs_a_warning_not_the_start_up() -> None:
 
 
 async def test_the_answer_cache_is_shared_through_redis(prefix: str) -> None:
-    from rtgate.builders import cache
+    from rtgate.assembly.kinds import cache
     from rtgate.tiers.cache_redis import RedisCacheStore
 
     env = {

@@ -6,9 +6,9 @@ import random
 
 import redis.asyncio as aioredis
 
+from rtgate.core.latency import LatencyModel, WindowedQuantiles
 from rtgate.delegate.warm import SharedLatency, replay, summarise
 from rtgate.gate import Gate
-from rtgate.latency import LatencyModel, WindowedQuantiles
 from rtgate.tiers.fake import FakeTier
 
 

@@ -10,14 +10,14 @@ import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
 from rtgate.bench.replica import PROFILE_ENV
-from rtgate.delegate.base import Job, new_job_id
+from rtgate.cli.worker import app, load_tiers, run_worker
+from rtgate.core.errors import ConfigError
+from rtgate.core.latency import LatencyModel
+from rtgate.core.request import Request
 from rtgate.delegate.factory import DelegationSettings
 from rtgate.delegate.redis_streams import RedisStreamsQueue
 from rtgate.delegate.warm import SharedLatency
-from rtgate.delegate.worker_cli import app, load_tiers, run_worker
-from rtgate.errors import ConfigError
-from rtgate.latency import LatencyModel
-from rtgate.tiers.base import Request
+from rtgate.gate.jobs import Job, new_job_id
 
 
 async def idle_runner(job: Job) -> None:
@@ -53,7 +53,7 @@ async def test_worker_answers_then_stops_and_shares_its_latency(
 
 
 def test_bad_tier_factories_are_config_errors() -> None:
-    for spec in ("no_colon", "rtgate.delegate.worker_cli:"):
+    for spec in ("no_colon", "rtgate.cli.worker:"):
         with pytest.raises(ConfigError):
             load_tiers(spec, None)
     result = CliRunner().invoke(app, ["worker", "--tiers", "nothing"])

@@ -15,18 +15,18 @@ from typer.testing import CliRunner
 
 from rtgate.backends.base import Generation
 from rtgate.backends.openai_compat import OpenAICompatBackend
-from rtgate.budget import Budget
-from rtgate.errors import (
+from rtgate.cli.fakellm import app as cli_app
+from rtgate.core.budget import Budget
+from rtgate.core.errors import (
     BackendProtocolError,
     BackendUnavailable,
     InvalidRequest,
     RateLimited,
 )
+from rtgate.core.latency import Prior
+from rtgate.core.request import Message, Request
 from rtgate.fakellm import FakeLLMConfig, FakeLLMServer, Timing, create_app, parse_plan
-from rtgate.fakellm.cli import app as cli_app
 from rtgate.gate import Gate, GateConfig
-from rtgate.latency import Prior
-from rtgate.tiers.base import Message, Request
 from rtgate.tiers.fake import FakeTier
 from rtgate.tiers.llm import LLMTier
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtgate.apps.guard.audio import PcmReader, read_wav
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 
 def _wav_bytes(

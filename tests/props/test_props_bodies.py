@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from rtgate.budget import Budget
-from rtgate.errors import InvalidBudget, InvalidRequest
+from rtgate.core.budget import Budget
+from rtgate.core.errors import InvalidBudget, InvalidRequest
 from rtgate.fakellm import FakeLLMConfig, Timing, create_app, parse_plan
 from rtgate.security import APIKeyMiddleware, KeyPolicy, KeyStore, Redactor
 from rtgate.security.keys import new_key

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rtgate.config import Config, load_config
-from rtgate.errors import ConfigError
+from rtgate.config.loader import Config, load_config
+from rtgate.core.errors import ConfigError
 
 SECTIONS = {
     f.name: typing.get_type_hints(Config)[f.name]

@@ -21,7 +21,7 @@ schemathesis = pytest.importorskip("schemathesis")
 uvicorn = pytest.importorskip("uvicorn")
 server_app = pytest.importorskip("rtgate.server.app")
 
-from rtgate.config import load_config  # noqa: E402
+from rtgate.config.loader import load_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

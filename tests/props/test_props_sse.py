@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from rtgate.backends.openai_compat import _interpret
 from rtgate.backends.sse import SSEDecoder, SSEEvent
-from rtgate.errors import BackendProtocolError
+from rtgate.core.errors import BackendProtocolError
 
 
 def decode(chunks: list[bytes]) -> list[SSEEvent]:

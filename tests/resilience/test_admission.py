@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from rtgate.budget import Budget
-from rtgate.errors import Declined
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined
+from rtgate.core.latency import Prior
+from rtgate.core.request import Request
 from rtgate.gate import Gate
-from rtgate.latency import Prior
 from rtgate.resilience import AdmissionTier, ConcurrencyLimiter
-from rtgate.tiers.base import Request
 from rtgate.tiers.fake import FakeTier
 
 pytestmark = pytest.mark.looptime

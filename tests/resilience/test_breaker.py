@@ -6,13 +6,14 @@ import asyncio
 
 import pytest
 
-from rtgate.budget import Budget
-from rtgate.errors import Declined
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined
+from rtgate.core.latency import Prior
+from rtgate.core.request import Request
 from rtgate.gate import Gate
-from rtgate.latency import Prior
 from rtgate.resilience import BreakerConfig, BreakerTier, CircuitBreaker, resilient, tier_probe
 from rtgate.resilience.breaker import Permit
-from rtgate.tiers.base import Request, Tier
+from rtgate.tiers.base import Tier
 from rtgate.tiers.fake import FakeTier
 
 pytestmark = pytest.mark.looptime

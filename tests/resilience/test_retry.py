@@ -7,11 +7,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from rtgate.budget import Budget
-from rtgate.errors import BackendProtocolError, BackendUnavailable, Declined, RateLimited
-from rtgate.latency import Prior
+from rtgate.core.budget import Budget
+from rtgate.core.errors import BackendProtocolError, BackendUnavailable, Declined, RateLimited
+from rtgate.core.latency import Prior
+from rtgate.core.request import Piece, Request
 from rtgate.resilience import BreakerConfig, BreakerTier, RetryTier
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.tiers.base import Tier
 
 pytestmark = pytest.mark.looptime
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
+from rtgate.core.latency import Prior
+from rtgate.core.request import Request
 from rtgate.gate import Gate
-from rtgate.latency import Prior
 from rtgate.resilience import AdmissionTier, BreakerConfig, BreakerTier, RetryTier
 from rtgate.resilience.wire import TierPolicy, apply_policies, resilience_snapshot
-from rtgate.tiers.base import Request
 from rtgate.tiers.fake import FakeTier
 
 pytestmark = pytest.mark.looptime

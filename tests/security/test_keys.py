@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rtgate.errors import ConfigError, InvalidRequest
+from rtgate.core.errors import ConfigError, InvalidRequest
 from rtgate.security.keys import (
     KEY_PREFIX,
     KeyLimitExceeded,
@@ -122,7 +122,7 @@ def test_budget_and_token_caps() -> None:
 def test_keys_cli_create_list_revoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from rtgate.security.cli import app
+    from rtgate.cli.keys import app
 
     monkeypatch.setenv("RTGATE_KEY_PEPPER", PEPPER)
     store = tmp_path / "keys.json"

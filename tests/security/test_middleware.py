@@ -16,7 +16,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocket
 
-from rtgate.errors import QueueFull
+from rtgate.core.errors import QueueFull
 from rtgate.security import (
     APIKeyMiddleware,
     BodyLimitMiddleware,

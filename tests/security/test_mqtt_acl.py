@@ -26,7 +26,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 import rtgate
 from rtgate.apps.guard.events import StopEvent, StopMessage
-from rtgate.apps.guard.explain import ExplainWorker, LLMExplainer
+from rtgate.apps.guard.explain_worker import ExplainWorker, LLMExplainer
 from rtgate.apps.guard.store import WorkOrder, WorkOrderStore
 from rtgate.backends.fake import FakeBackend
 
@@ -245,7 +245,7 @@ LLM_CODE = (
     "rtgate.backends",
     "rtgate.tiers",
     "rtgate.gate",
-    "rtgate.apps.guard.explain",
+    "rtgate.apps.guard.explain_worker",
     "llama_cpp",
     "openai",
     "httpx",
@@ -290,7 +290,7 @@ def test_stop_path_imports_no_language_model_code(name: str) -> None:
 
 
 def test_explainer_imports_no_publisher() -> None:
-    deps = _closure("rtgate.apps.guard.explain")
+    deps = _closure("rtgate.apps.guard.explain_worker")
     bad = sorted(
         d
         for d in deps

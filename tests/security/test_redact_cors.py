@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
 from rtgate.security.cors import cors_options, normalize_origin
 from rtgate.security.keys import KeyStore
 from rtgate.security.redact import RedactingFilter, Redactor, install_redaction

@@ -13,12 +13,13 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from rtgate.budget import Budget
-from rtgate.config import Config
+from rtgate.config.loader import Config
+from rtgate.core.budget import Budget
+from rtgate.core.latency import Prior
+from rtgate.core.request import Piece, Request
 from rtgate.gate import Gate, GateConfig
-from rtgate.latency import Prior
 from rtgate.server import create_app
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.tiers.base import Tier
 from rtgate.tiers.fake import FakeTier
 
 

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from rtgate.assemble import Assembly, assemble, build_gate, warm_up
-from rtgate.config import Config, load_config
-from rtgate.emulate import EmulatedLatency
-from rtgate.errors import ConfigError
+from rtgate.assembly.build import Assembly, assemble, build_gate, warm_up
+from rtgate.config.loader import Config, load_config
+from rtgate.core.errors import ConfigError
+from rtgate.core.latency import Prior
 from rtgate.gate import Gate
-from rtgate.latency import Prior
 from rtgate.resilience import AdmissionTier, BreakerTier, RetryTier, TierWrapper
 from rtgate.tiers.base import Tier
+from rtgate.tiers.emulated import EmulatedLatency
 from rtgate.tiers.fake import FakeTier
 
 
@@ -124,9 +124,9 @@ async def test_warm_up_survives_a_failing_tier() -> None:
 
 @pytest.mark.looptime
 async def test_cloud_answers_are_remembered_for_single_turn_requests() -> None:
-    from rtgate.builders import RememberAnswers
-    from rtgate.tiers.base import Message, Request
+    from rtgate.core.request import Message, Request
     from rtgate.tiers.cache import CacheTier, ExactCache
+    from rtgate.tiers.remember import RememberAnswers
 
     cache = CacheTier(ExactCache(), quality=85)
     cloud = RememberAnswers(FakeTier("cloud", 80, ["deep", " answer"], ttft_ms=300), cache)
@@ -155,7 +155,7 @@ async def test_classifier_and_cache_sections_build_their_tiers() -> None:
     }
     asm = assemble(load_config(env=env))
     assert [t.name for t in asm.gate.tiers] == ["cache", "classifier", "template"]
-    from rtgate.tiers.base import Request
+    from rtgate.core.request import Request
 
     async with asm.gate:
         res = await asm.gate.answer(Request("我的卡丢了怎么办", delegate=False), 100)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rtgate.server.cli import app
+from rtgate.cli.serve import app
 
 
 def test_serve_with_a_bad_config_exits_2_with_the_reason(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rtgate.config import Config, Secret, load_config
-from rtgate.errors import ConfigError
+from rtgate.config.loader import Config, Secret, load_config
+from rtgate.core.errors import ConfigError
 
 
 def write(tmp_path: Path, text: str) -> Path:

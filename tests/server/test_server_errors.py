@@ -12,7 +12,7 @@ import pytest
 from fastapi import APIRouter, Depends, FastAPI
 from server_helpers import running
 
-from rtgate.config import Config
+from rtgate.config.loader import Config
 from rtgate.server import ServerState
 from rtgate.server.state import state
 
@@ -59,7 +59,7 @@ async def test_router_named_in_the_config_is_mounted() -> None:
 
 
 def test_bad_router_spec_is_a_config_error() -> None:
-    from rtgate.errors import ConfigError
+    from rtgate.core.errors import ConfigError
     from rtgate.server import create_app
 
     cfg = Config()

@@ -7,7 +7,7 @@ import json
 import pytest
 from server_helpers import fake_gate, parse_sse, running
 
-from rtgate.config import Config
+from rtgate.config.loader import Config
 
 pytestmark = pytest.mark.looptime
 
@@ -126,7 +126,7 @@ async def test_accept_header_selects_sse_and_follow_false_ends_after_done() -> N
 
 
 async def test_sse_template_piece_carries_its_data() -> None:
-    from rtgate.tiers.base import Piece
+    from rtgate.core.request import Piece
     from rtgate.tiers.fake import FakeTier
 
     tpl = FakeTier("template", 10, [Piece("我想把积分兑换成话费", {"intent": "points_exchange"})])

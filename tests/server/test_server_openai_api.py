@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from server_helpers import fake_gate, parse_sse, running
 
-from rtgate.config import Config
+from rtgate.config.loader import Config
 
 pytestmark = pytest.mark.looptime
 

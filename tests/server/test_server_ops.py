@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from server_helpers import fake_gate, running
 
-from rtgate.emulate import CLOUD_70B, EmulatedLatency
+from rtgate.tiers.emulated import CLOUD_70B, EmulatedLatency
 from rtgate.tiers.fake import FakeTier
 
 pytestmark = pytest.mark.looptime
@@ -31,7 +31,7 @@ async def test_healthz_says_the_cloud_tier_is_emulated() -> None:
 async def test_healthz_after_warm_up_reports_each_tier() -> None:
     import httpx
 
-    from rtgate.config import Config
+    from rtgate.config.loader import Config
     from rtgate.server import create_app
 
     app = create_app(Config(), gate=fake_gate(), warmup=True)

@@ -37,11 +37,11 @@ def _tee(pipe: IO[bytes], log: Path, ready: threading.Event) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """``python -m rtgate.server.cli serve`` with no config at all."""
+    """``python -m rtgate.cli.serve serve`` with no config at all."""
     port = _free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTGATE_")}
-    cmd = [sys.executable, "-m", "rtgate.server.cli", "serve", "--port", str(port)]
+    cmd = [sys.executable, "-m", "rtgate.cli.serve", "serve", "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     assert proc.stdout is not None
     ready = threading.Event()

@@ -16,12 +16,12 @@ from fastapi import FastAPI
 from server_helpers import fake_gate
 from starlette.testclient import TestClient, WebSocketDenialResponse
 
-from rtgate.config import Config, load_config
-from rtgate.errors import ConfigError
+from rtgate.config.loader import Config, load_config
+from rtgate.core.errors import ConfigError
 from rtgate.security import BodyLimitMiddleware, KeyPolicy, KeyStore, RedactingFilter
 from rtgate.security.keys import PEPPER_ENV
 from rtgate.server import create_app
-from rtgate.server.security import OPEN_NOTE, server_middleware
+from rtgate.server.middleware_stack import OPEN_NOTE, server_middleware
 
 PEPPER = "pepper-for-the-tests-0123456789"
 
@@ -238,7 +238,7 @@ def test_security_config_errors(tmp_path: Path) -> None:
 
 
 def test_serve_masks_secrets_in_the_logs(tmp_path: Path) -> None:
-    from rtgate.server.cli import build_server
+    from rtgate.cli.serve import build_server
 
     env = {
         "RTGATE_LOCAL_ENABLED": "false",

@@ -15,11 +15,12 @@ from typing import Any
 from server_helpers import SignalTier, fake_gate, server_only_config
 from starlette.testclient import TestClient, WebSocketTestSession
 
-from rtgate.budget import Budget
-from rtgate.config import Config
+from rtgate.config.loader import Config
+from rtgate.core.budget import Budget
+from rtgate.core.request import Piece, Request
 from rtgate.gate import Gate
 from rtgate.server import create_app
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.tiers.base import Tier
 from rtgate.tiers.fake import FakeTier
 
 

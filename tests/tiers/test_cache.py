@@ -3,10 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rtgate.budget import Budget
-from rtgate.errors import Declined, InvalidRequest
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined, InvalidRequest
+from rtgate.core.request import Piece, Request
 from rtgate.models.embeddings import Embedder
-from rtgate.tiers.base import Piece, Request
 from rtgate.tiers.cache import CacheTier, ExactCache, SemanticCache
 from rtgate.tiers.cache_store import CacheEntry, InMemoryStore
 

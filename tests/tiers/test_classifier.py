@@ -5,16 +5,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtgate.apps.autocomplete.domain import (
+from rtgate.core.budget import Budget
+from rtgate.core.errors import ConfigError, Declined
+from rtgate.core.request import Piece, Request
+from rtgate.domains.loader import (
     INTENTS,
     build_answers,
     corpus_digest,
     load_corpus,
     model_path,
 )
-from rtgate.budget import Budget
-from rtgate.errors import ConfigError, Declined
-from rtgate.tiers.base import Piece, Request
 from rtgate.tiers.classifier import ClassifierTier, IntentClassifier
 from rtgate.tiers.embed_classifier import EmbeddingIntentClassifier
 from rtgate.tiers.intents import Example, evaluate, holdout_split, parse_examples

@@ -4,9 +4,9 @@ import pytest
 
 from rtgate.backends.base import Generation
 from rtgate.backends.fake import FakeBackend
-from rtgate.budget import Budget
-from rtgate.errors import Declined, InvalidRequest
-from rtgate.tiers.base import Message, Piece, Request
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined, InvalidRequest
+from rtgate.core.request import Message, Piece, Request
 from rtgate.tiers.llm import DEFAULT_FEW_SHOT, LLMTier, detect_lang
 
 

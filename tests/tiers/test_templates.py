@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from rtgate.apps.autocomplete.domain import INTENTS, load_templates
-from rtgate.budget import Budget
-from rtgate.errors import ConfigError, Declined
-from rtgate.tiers.base import Piece, Request
+from rtgate.core.budget import Budget
+from rtgate.core.errors import ConfigError, Declined
+from rtgate.core.request import Piece, Request
+from rtgate.domains.loader import INTENTS, load_templates
 from rtgate.tiers.templates import TemplateTable, TemplateTier
 
 TABLE: dict[str, Any] = {

@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from rtgate.budget import Budget
-from rtgate.tiers.base import Message
+from rtgate.core.budget import Budget
+from rtgate.core.request import Message
 
 __all__ = ["Backend", "Generation"]
 

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from rtgate.backends.base import Backend, Generation
 from rtgate.backends.stops import StopFilter
-from rtgate.budget import Budget
-from rtgate.errors import BackendUnavailable
+from rtgate.core.budget import Budget
+from rtgate.core.errors import BackendUnavailable
 
 __all__ = ["FakeBackend"]
 

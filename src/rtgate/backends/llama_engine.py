@@ -30,7 +30,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from rtgate.backends.base import Generation
 from rtgate.backends.stops import StopFilter, looping
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 __all__ = ["EngineStats", "LlamaEngine"]
 

@@ -2,7 +2,7 @@
 
 Inference never runs on the event loop: one dedicated worker thread owns the model and
 takes requests from a bounded queue. Queue policy: at most ``queue_size`` requests wait
-behind the one running; a newcomer beyond that gets :class:`~rtgate.errors.QueueFull` at
+behind the one running; a newcomer beyond that gets :class:`~rtgate.core.errors.QueueFull` at
 once (the newcomer is rejected, the loop never blocks). Tokens go back to the loop as they
 are produced (``call_soon_threadsafe``); the per-request output queue holds at most
 ``max_tokens`` deltas plus one end marker, so it is bounded by the request itself.
@@ -25,8 +25,14 @@ from typing import Any
 
 from rtgate.backends.base import Backend, Generation
 from rtgate.backends.llama_engine import EngineStats, LlamaEngine
-from rtgate.budget import Budget
-from rtgate.errors import BackendError, BackendUnavailable, InvalidRequest, QueueFull, RtgateError
+from rtgate.core.budget import Budget
+from rtgate.core.errors import (
+    BackendError,
+    BackendUnavailable,
+    InvalidRequest,
+    QueueFull,
+    RtgateError,
+)
 from rtgate.models.locate import MODELS, locate_model
 
 __all__ = ["LlamaCppBackend", "LlamaStream"]

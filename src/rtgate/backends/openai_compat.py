@@ -24,8 +24,8 @@ import httpx
 
 from rtgate.backends.base import Backend, Generation
 from rtgate.backends.sse import SSEDecoder, SSEEvent
-from rtgate.budget import Budget
-from rtgate.errors import (
+from rtgate.core.budget import Budget
+from rtgate.core.errors import (
     BackendError,
     BackendProtocolError,
     BackendUnavailable,

@@ -81,7 +81,7 @@ class _Driver:
         s = self.settings
         env = {**os.environ, PROFILE_ENV: self.profile}
         if kind == "worker":
-            argv = ["-m", "rtgate.delegate.worker_cli", "worker", "--broker", s.backend]
+            argv = ["-m", "rtgate.cli.worker", "worker", "--broker", s.backend]
             argv += ["--url", s.broker_url, "--prefix", s.prefix]
             argv += ["--tiers", "rtgate.bench.replica:bench_tiers", "--grace-s", "2"]
             argv += ["--concurrency", str(self.concurrency), "--no-share-latency"]
@@ -461,7 +461,7 @@ def bench_delegation(
     timeout_s: float = typer.Option(120.0, help="give up waiting after this long"),
 ) -> None:
     """Replicas and workers on Redis or NATS, killed mid-run: nothing lost, nothing twice."""
-    from rtgate.cli import show_table, write_json
+    from rtgate.cli.output import show_table, write_json
 
     report = run(
         broker=broker,

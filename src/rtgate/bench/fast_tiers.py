@@ -26,16 +26,17 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from rtgate.apps.autocomplete.domain import (
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined
+from rtgate.core.request import Request
+from rtgate.domains.loader import (
     build_answers,
     load_classifier,
     load_corpus,
     load_templates,
 )
-from rtgate.budget import Budget
-from rtgate.errors import Declined
 from rtgate.models.embeddings import Embedder
-from rtgate.tiers.base import Request, Tier
+from rtgate.tiers.base import Tier
 from rtgate.tiers.cache import CacheTier, ExactCache, SemanticCache
 from rtgate.tiers.classifier import ClassifierTier
 from rtgate.tiers.intents import holdout_split

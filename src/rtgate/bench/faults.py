@@ -56,8 +56,8 @@ MODEL_INPUTS = (
     "What would you pack for a week of hiking?",
 )
 MIXED_INPUTS = (*MODEL_INPUTS, "我想查一下信用卡账单", "How do I raise my credit limit?")
-SERVE = f"{shlex.quote(sys.executable)} -m rtgate.server.cli serve"
-FAKE = f"{shlex.quote(sys.executable)} -m rtgate.fakellm.cli"
+SERVE = f"{shlex.quote(sys.executable)} -m rtgate.cli.serve serve"
+FAKE = f"{shlex.quote(sys.executable)} -m rtgate.cli.fakellm"
 
 
 def _free_port() -> int:
@@ -300,7 +300,7 @@ def faults(
     serve_cmd: str = typer.Option(SERVE, help="how to start the server (gets --config FILE)"),
 ) -> None:
     """Budgets under faults and overload: the fake cloud misbehaves at twice the capacity."""
-    from rtgate.cli import show_table, write_json
+    from rtgate.cli.output import show_table, write_json
 
     report = run(
         requests=requests, budget_ms=budget_ms, load=load, mix=mix, seed=seed, serve_cmd=serve_cmd

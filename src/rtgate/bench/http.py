@@ -1,6 +1,6 @@
 """``rtgate bench http``: template-hit requests over loopback HTTP at a fixed arrival rate.
 
-The server runs as its own process (``python -m rtgate.server.cli serve``), the load
+The server runs as its own process (``python -m rtgate.cli.serve serve``), the load
 generator in this one; with ``--pin`` each gets a core of its own. Arrivals are open-loop
 (:mod:`rtgate.bench.loadgen`): request *i* is due at ``start + i / rate`` whether or not
 earlier ones have been answered, and its latency is measured from that due time, so a
@@ -58,7 +58,7 @@ def template_inputs(path: str | None = None) -> list[str]:
     """Inputs that hit the template table: every prefix pattern, and keyword patterns."""
     from rtgate.tiers.templates import TemplateTable
 
-    src = path or str(files("rtgate.apps.autocomplete").joinpath("data/templates.json"))
+    src = path or str(files("rtgate.domains").joinpath("cards/templates.json"))
     table = TemplateTable.from_file(src)
     out = [p for t in table.templates for p in t.patterns]
     return [s for s in out if table.match(s) is not None]
@@ -90,7 +90,7 @@ def _place(cpu: int | None, nice: int) -> None:
 def _start_server(
     config: str, port: int, cpu: int | None, nice: int, log: Path
 ) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "rtgate.server.cli", "serve", "--config", config]
+    cmd = [sys.executable, "-m", "rtgate.cli.serve", "serve", "--config", config]
     cmd += ["--host", "127.0.0.1", "--port", str(port)]
     with log.open("wb") as out:
         return subprocess.Popen(

@@ -28,14 +28,15 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from rtgate.budget import Budget
-from rtgate.delegate.base import JobStore
+from rtgate.core.budget import Budget
+from rtgate.core.latency import Prior
+from rtgate.core.request import Piece, Request
 from rtgate.delegate.broker import REFUSED, BrokerQueue
 from rtgate.delegate.factory import DelegationSettings, make_queue
-from rtgate.emulate import CLOUD_70B, EmulatedLatency, LatencyProfile, LogNormal
 from rtgate.gate import DoneEvent, FollowupEvent, Gate, GateConfig, GateEvent
-from rtgate.latency import Prior
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.gate.jobs import JobStore
+from rtgate.tiers.base import Tier
+from rtgate.tiers.emulated import CLOUD_70B, EmulatedLatency, LatencyProfile, LogNormal
 from rtgate.tiers.fake import FakeTier
 
 __all__ = ["FAST_CLOUD", "PROFILES", "EchoTier", "bench_tiers", "expected_text", "serve"]

@@ -1,6 +1,6 @@
-"""Delegation: running the slow tier in the background and delivering its answer later."""
-
-from rtgate.delegate.base import Job, JobQueue, JobStore, new_job_id
-from rtgate.delegate.inprocess import InProcessQueue
-
-__all__ = ["InProcessQueue", "Job", "JobQueue", "JobStore", "new_job_id"]
+"""Delegated jobs across processes and machines: job queues on Redis Streams and NATS
+JetStream (:mod:`rtgate.delegate.broker`), chosen by configuration
+(:mod:`rtgate.delegate.factory`), and learned latency shared between replicas
+(:mod:`rtgate.delegate.warm`). The queue interface and the in-process default are the
+gate's own (:mod:`rtgate.gate.jobs`).
+"""

@@ -34,9 +34,9 @@ from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rtgate.delegate.base import Job, JobQueue, JobRunner, JobStore
+from rtgate.core.errors import InvalidRequest, JobNotFound, QueueFull
 from rtgate.delegate.codec import apply_result, decode_result, encode_job
-from rtgate.errors import InvalidRequest, JobNotFound, QueueFull
+from rtgate.gate.jobs import Job, JobQueue, JobRunner, JobStore
 
 __all__ = ["REFUSED", "BrokerQueue", "Delivery", "default_replica_id", "find_job", "wait_job"]
 

@@ -3,7 +3,7 @@
 A job on a broker is ``{"id", "tier", "budget_ms", "created", "reply", "request"}``; its
 result is :meth:`Job.to_dict`. ``reply`` names the gate replica that holds the caller, so a
 worker knows where to announce the result. ``meta`` must be JSON (strings, numbers,
-lists, objects): anything else is refused with :class:`~rtgate.errors.InvalidRequest`.
+lists, objects): anything else is refused with :class:`~rtgate.core.errors.InvalidRequest`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast, get_args
 
-from rtgate.delegate.base import Job, JobStatus
-from rtgate.errors import InvalidRequest
-from rtgate.tiers.base import Message, Request
+from rtgate.core.errors import InvalidRequest
+from rtgate.core.request import Message, Request
+from rtgate.gate.jobs import Job, JobStatus
 
 __all__ = [
     "apply_result",

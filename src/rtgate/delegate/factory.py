@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from rtgate.delegate.base import JobQueue, JobStore
-from rtgate.delegate.inprocess import InProcessQueue
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
+from rtgate.gate.inprocess_queue import InProcessQueue
+from rtgate.gate.jobs import JobQueue, JobStore
 
 __all__ = ["DEFAULT_URLS", "Backend", "DelegationSettings", "make_queue"]
 

@@ -46,10 +46,10 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from rtgate.delegate.base import Job
+from rtgate.core.errors import ConfigError, InvalidRequest
 from rtgate.delegate.broker import BrokerQueue, Delivery
 from rtgate.delegate.codec import decode_job, encode_result
-from rtgate.errors import ConfigError, InvalidRequest
+from rtgate.gate.jobs import Job
 
 __all__ = ["JetStreamQueue"]
 

@@ -29,10 +29,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from rtgate.delegate.base import Job
+from rtgate.core.errors import InvalidRequest
 from rtgate.delegate.broker import BrokerQueue, Delivery
 from rtgate.delegate.codec import decode_job, encode_result
-from rtgate.errors import InvalidRequest
+from rtgate.gate.jobs import Job
 
 __all__ = ["RedisStreamsQueue"]
 

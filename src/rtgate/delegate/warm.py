@@ -1,6 +1,6 @@
 """Learned latency shared through Redis, so a new gate replica starts warm.
 
-Each :class:`~rtgate.latency.LatencyModel` is summarised as ``points`` quantiles of its
+Each :class:`~rtgate.core.latency.LatencyModel` is summarised as ``points`` quantiles of its
 first-piece and whole-answer windows plus their sample counts (``{prefix}:latency``, one
 hash field per tier, JSON). A replica that starts loads the summary and replays it into
 its fresh model — as many samples as the window holds — so its p50/p99 match the fleet's
@@ -20,7 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from rtgate.latency import LatencyModel, WindowedQuantiles
+from rtgate.core.latency import LatencyModel, WindowedQuantiles
 
 __all__ = ["SharedLatency", "replay", "summarise"]
 

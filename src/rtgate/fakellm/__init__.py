@@ -6,8 +6,8 @@ malformed and truncated streams: as a fixed mode, a seeded mix, or per request.
 
 from __future__ import annotations
 
-from rtgate.fakellm.app import FakeLLMConfig, create_app
-from rtgate.fakellm.faults import MODES, FaultPlan, Timing, parse_plan
+from rtgate.fakellm.app import create_app
+from rtgate.fakellm.faults import MODES, FakeLLMConfig, FaultPlan, Timing, parse_plan
 from rtgate.fakellm.server import FakeLLMServer
 
 __all__ = [

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
@@ -24,12 +23,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from rtgate.errors import InvalidRequest
-from rtgate.fakellm.faults import FaultPlan, Timing, parse_plan
+from rtgate.core.errors import InvalidRequest
+from rtgate.fakellm.faults import FakeLLMConfig, parse_plan
 from rtgate.fakellm.play import ConnectionDropped, FakeLLMState, FaultResponse, Job
 from rtgate.security.middleware import BodyLimitMiddleware, ErrorShieldMiddleware
 
-__all__ = ["FakeLLMConfig", "create_app"]
+__all__ = ["create_app"]
 
 MAX_BODY = 1_048_576
 
@@ -38,16 +37,6 @@ class _QuietDrop(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         return not isinstance(exc, ConnectionDropped)
-
-
-@dataclass(slots=True)
-class FakeLLMConfig:
-    """How the server behaves unless a request says otherwise."""
-
-    plan: FaultPlan = field(default_factory=lambda: parse_plan("ok"))
-    timing: Timing = field(default_factory=Timing)
-    seed: int | None = 0
-    models: tuple[str, ...] = ("fake",)
 
 
 def _error(status: int, message: str, kind: str, code: str) -> JSONResponse:

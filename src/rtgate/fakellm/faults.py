@@ -24,12 +24,12 @@ import math
 import random
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Final
 
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
-__all__ = ["MODES", "FaultPlan", "Timing", "parse_plan"]
+__all__ = ["MODES", "FakeLLMConfig", "FaultPlan", "Timing", "parse_plan"]
 
 MODES: Final = (
     "ok",
@@ -144,3 +144,13 @@ class Timing:
         if self.jitter:
             ms *= 1.0 + self.jitter * (2.0 * rng.random() - 1.0)
         return max(0.0, ms) / 1000.0
+
+
+@dataclass(slots=True)
+class FakeLLMConfig:
+    """How the server behaves unless a request says otherwise."""
+
+    plan: FaultPlan = field(default_factory=lambda: parse_plan("ok"))
+    timing: Timing = field(default_factory=Timing)
+    seed: int | None = 0
+    models: tuple[str, ...] = ("fake",)

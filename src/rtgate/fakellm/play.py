@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 from rtgate.fakellm.faults import Timing
 
 if TYPE_CHECKING:
-    from rtgate.fakellm.app import FakeLLMConfig
+    from rtgate.fakellm.faults import FakeLLMConfig
 
 __all__ = ["ConnectionDropped", "FakeLLMState", "FaultResponse", "Job"]
 

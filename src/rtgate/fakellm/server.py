@@ -19,7 +19,8 @@ from typing import Any
 
 import uvicorn
 
-from rtgate.fakellm.app import FakeLLMConfig, create_app
+from rtgate.fakellm.app import create_app
+from rtgate.fakellm.faults import FakeLLMConfig
 from rtgate.fakellm.play import FakeLLMState
 
 __all__ = ["FakeLLMServer", "serve"]

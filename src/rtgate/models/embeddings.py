@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
 
 __all__ = ["DIM", "Embedder", "Vector"]
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from rtgate.budget import Budget
-from rtgate.errors import Declined
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined
+from rtgate.core.request import Piece, Request
 from rtgate.resilience.wrap import TierWrapper, aclose_quietly
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.tiers.base import Tier
 
 __all__ = ["AdmissionTier", "ConcurrencyLimiter"]
 

@@ -30,10 +30,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rtgate.budget import Budget, Clock
-from rtgate.errors import Declined, InvalidRequest
+from rtgate.core.budget import Budget, Clock
+from rtgate.core.errors import Declined, InvalidRequest
+from rtgate.core.request import Piece, Request
 from rtgate.resilience.wrap import TierWrapper, aclose_quietly
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.tiers.base import Tier
 
 __all__ = ["BreakerConfig", "BreakerTier", "CircuitBreaker", "Permit", "Probe", "tier_probe"]
 

@@ -8,7 +8,7 @@ first piece is never retried (the caller has already seen tokens), nor is a 429 
 a rate limit within a sub-second budget only deepens the overload), nor a ``Declined``.
 
 Where the prediction comes from (a decision): by default the wrapper keeps its **own**
-:class:`~rtgate.latency.LatencyModel` of single *successful attempts'* time to first
+:class:`~rtgate.core.latency.LatencyModel` of single *successful attempts'* time to first
 piece, seeded with the inner tier's ``latency_prior``. The gate's model of this tier
 cannot serve: it measures whole calls (retries included) and learns from cut-offs. A
 ``predict`` callable (ms) may replace it. A cold tier (no prior, nothing measured)
@@ -23,11 +23,12 @@ import random
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from rtgate.budget import Budget
-from rtgate.errors import BackendProtocolError, BackendUnavailable
-from rtgate.latency import LatencyModel
+from rtgate.core.budget import Budget
+from rtgate.core.errors import BackendProtocolError, BackendUnavailable
+from rtgate.core.latency import LatencyModel
+from rtgate.core.request import Piece, Request
 from rtgate.resilience.wrap import TierWrapper, aclose_quietly
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.tiers.base import Tier
 
 __all__ = ["RetryTier"]
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
 from rtgate.gate import Gate
 from rtgate.resilience import resilient
 from rtgate.resilience.admission import ConcurrencyLimiter

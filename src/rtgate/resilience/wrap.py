@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from rtgate.latency import Prior
+from rtgate.core.latency import Prior
 from rtgate.tiers.base import Tier
 
 __all__ = ["TierWrapper", "aclose_quietly"]

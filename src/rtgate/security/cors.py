@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
 
 __all__ = ["ALLOWED_HEADERS", "cors_options", "normalize_origin"]
 

@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rtgate.budget import Clock
-from rtgate.errors import ConfigError, InvalidRequest
+from rtgate.core.budget import Clock
+from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = [
     "KEY_PREFIX",

@@ -29,7 +29,7 @@ from urllib.parse import parse_qsl
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rtgate.errors import (
+from rtgate.core.errors import (
     BackendError,
     InvalidRequest,
     QueueFull,

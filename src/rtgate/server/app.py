@@ -4,7 +4,7 @@ Other applications add their endpoints as FastAPI routers, three ways:
 
 - ``create_app(config, extra_routers=[router])`` in code;
 - ``[server] routers = ["package.module:router"]`` in the config (an ``APIRouter``, or a
-  callable taking the :class:`~rtgate.config.Config` and returning one);
+  callable taking the :class:`~rtgate.config.loader.Config` and returning one);
 - an entry point in the ``rtgate.routers`` group of an installed package (same shapes),
   found when ``server.discover_routers`` is true (the default).
 
@@ -12,7 +12,7 @@ A router that needs start-up work gives itself a ``lifespan``; it runs inside th
 so the gate is ready and ``get_state`` works. Endpoints reach the gate through the
 :func:`~rtgate.server.state.get_state` dependency.
 
-Around every request runs the security stack of :mod:`rtgate.server.security` (error
+Around every request runs the security stack of :mod:`rtgate.server.middleware_stack` (error
 shield, CORS, body limit, API keys), unless the caller passes its own ``middleware``.
 At start-up, with Redis delegation, the replica loads and then keeps publishing the
 fleet's learned latencies (:mod:`rtgate.server.fleet`).
@@ -37,15 +37,15 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rtgate.assemble import Assembly, assemble, warm_up
-from rtgate.config import Config
-from rtgate.errors import ConfigError
+from rtgate.assembly.build import Assembly, assemble, warm_up
+from rtgate.config.loader import Config
+from rtgate.core.errors import ConfigError
 from rtgate.gate import Gate
 from rtgate.resilience.wire import resilience_snapshot
 from rtgate.server import gate_api, openai_api, ws
-from rtgate.server.errors import install_error_handlers
+from rtgate.server.error_responses import install_error_handlers
 from rtgate.server.fleet import shared_latency
-from rtgate.server.security import OPEN_NOTE, auth_mode, server_middleware
+from rtgate.server.middleware_stack import OPEN_NOTE, auth_mode, server_middleware
 from rtgate.server.state import ServerState, state
 from rtgate.server.streams import ClientGone, json_response
 
@@ -174,7 +174,7 @@ def create_app(
             start-up); ``gate`` is a bare gate instead (tests, embedding).
         extra_routers: more routers to mount (``APIRouter`` or ``f(config) -> APIRouter``).
         middleware: ASGI middleware around everything, outermost first; default: the
-            ``[security]`` stack (:func:`~rtgate.server.security.server_middleware`: error
+            ``[security]`` stack (:func:`~rtgate.server.middleware_stack.server_middleware`: error
             shield, CORS, body limit, API keys). A list given here replaces it.
         warmup: warm every tier at start-up (default: ``config.gate.warmup``).
         freeze_gc: after start-up, move every object to the garbage collector's permanent

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from rtgate.config import Config
+from rtgate.config.loader import Config
 from rtgate.gate import Gate
 
 if TYPE_CHECKING:  # redis is imported only when latency is shared

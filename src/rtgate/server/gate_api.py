@@ -26,9 +26,10 @@ from fastapi import APIRouter, Depends, Query
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
+from rtgate.core.request import Message, Request
 from rtgate.gate import DoneEvent, GateResult, TokenEvent
 from rtgate.server import jobs
-from rtgate.server.errors import error_body
+from rtgate.server.error_responses import error_body
 from rtgate.server.schemas import ErrorOut, GateAnswer, GateBody, JobOut
 from rtgate.server.state import ServerState, api_key, get_state, state
 from rtgate.server.streams import (
@@ -38,7 +39,6 @@ from rtgate.server.streams import (
     sse,
     sse_response,
 )
-from rtgate.tiers.base import Message, Request
 
 __all__ = ["router"]
 

@@ -21,10 +21,10 @@ import asyncio
 import contextlib
 import logging
 
-from rtgate.delegate.base import Job
+from rtgate.core.errors import JobNotFound
 from rtgate.delegate.broker import BrokerQueue, find_job, wait_job
-from rtgate.errors import JobNotFound
 from rtgate.gate import GateResult
+from rtgate.gate.jobs import Job
 from rtgate.server.state import ServerState
 
 __all__ = ["MIN_CONFIRM_S", "cancel", "confirm_job", "find", "wait"]

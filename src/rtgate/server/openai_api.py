@@ -23,13 +23,13 @@ from fastapi import APIRouter, Depends, Header
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
+from rtgate.core.request import Message, Request
 from rtgate.gate import DoneEvent, GateResult, TokenEvent
 from rtgate.server import jobs
-from rtgate.server.errors import ApiError, error_body
+from rtgate.server.error_responses import ApiError, error_body
 from rtgate.server.schemas import ChatCompletionRequest, ChatMessageIn, ErrorOut
 from rtgate.server.state import ServerState, api_key, state
 from rtgate.server.streams import json_response, sse, sse_response
-from rtgate.tiers.base import Message, Request
 
 __all__ = ["router"]
 

@@ -22,15 +22,15 @@ from typing import Any
 from starlette.requests import HTTPConnection
 from starlette.requests import Request as HttpRequest
 
-from rtgate.assemble import Assembly
-from rtgate.budget import MAX_BUDGET_MS
-from rtgate.config import Config
-from rtgate.errors import InvalidBudget
+from rtgate.assembly.build import Assembly
+from rtgate.config.loader import Config
+from rtgate.core.budget import MAX_BUDGET_MS
+from rtgate.core.errors import InvalidBudget
+from rtgate.core.request import Message, Request
 from rtgate.gate import Gate, GateResult
 from rtgate.security.keys import KeyRecord, KeyStore
-from rtgate.server.errors import ApiError
+from rtgate.server.error_responses import ApiError
 from rtgate.server.streams import unless_disconnected
-from rtgate.tiers.base import Message, Request
 from rtgate.tiers.textnorm import lang_of
 
 __all__ = ["DEFAULT_MAX_TOKENS", "ServerState", "api_key", "get_state", "key_store", "state"]

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from rtgate.delegate.base import Job
 from rtgate.gate import GateResult
+from rtgate.gate.jobs import Job
 
 __all__ = [
     "SSE_HEADERS",

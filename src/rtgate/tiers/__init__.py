@@ -1,5 +1,6 @@
 """Tiers: the ways a request can be answered."""
 
-from rtgate.tiers.base import Message, Piece, Request, Tier
+from rtgate.core.request import Message, Piece, Request
+from rtgate.tiers.base import Tier
 
 __all__ = ["Message", "Piece", "Request", "Tier"]

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 import redis.asyncio as aioredis
 
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 from rtgate.tiers.cache_store import CacheEntry, CacheStore
 
 __all__ = ["RedisCacheStore"]

@@ -23,11 +23,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rtgate.budget import Budget
-from rtgate.errors import Declined
-from rtgate.latency import Prior
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined
+from rtgate.core.latency import Prior
+from rtgate.core.request import Piece, Request
 from rtgate.tiers._linear import FloatArray, LinearHead, fit_head, load_npz, save_npz
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.tiers.base import Tier
 from rtgate.tiers.intents import Example, training_rows
 from rtgate.tiers.templates import Candidate
 from rtgate.tiers.textnorm import lang_of, normalize

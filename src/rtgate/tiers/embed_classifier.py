@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
 from rtgate.models.embeddings import DIM, Embedder
 from rtgate.tiers._linear import FloatArray, LinearHead, fit_head, load_npz, save_npz
 from rtgate.tiers.intents import Example, training_rows

@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
-from rtgate.budget import Budget
-from rtgate.errors import Declined
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined
+from rtgate.core.request import Piece, Request
+from rtgate.tiers.base import Tier
 
 __all__ = ["FakeTier"]
 

@@ -3,7 +3,7 @@
 A corpus is JSON Lines, one example per line: ``{"text": ..., "intent": ..., "lang": ...}``
 (``lang`` optional: ``zh`` or ``en``, guessed from the text when absent). Blank lines and
 lines starting with ``#`` are skipped; anything else malformed raises
-:class:`~rtgate.errors.ConfigError` naming the file and line.
+:class:`~rtgate.core.errors.ConfigError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
 from rtgate.tiers.textnorm import lang_of, prefixes
 
 __all__ = [

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rtgate.backends.base import Backend, Generation
-from rtgate.budget import Budget
-from rtgate.errors import Declined, InvalidRequest
-from rtgate.latency import Prior
-from rtgate.tiers.base import Message, Piece, Request, Tier
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined, InvalidRequest
+from rtgate.core.latency import Prior
+from rtgate.core.request import Message, Piece, Request
+from rtgate.tiers.base import Tier
 
 __all__ = ["DEFAULT_FEW_SHOT", "FewShot", "LLMTier", "detect_lang"]
 

@@ -30,10 +30,11 @@ from typing import Any, Literal, cast
 
 import ahocorasick
 
-from rtgate.budget import Budget
-from rtgate.errors import ConfigError, Declined
-from rtgate.latency import Prior
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.core.budget import Budget
+from rtgate.core.errors import ConfigError, Declined
+from rtgate.core.latency import Prior
+from rtgate.core.request import Piece, Request
+from rtgate.tiers.base import Tier
 from rtgate.tiers.textnorm import normalize
 
 __all__ = ["Candidate", "Template", "TemplateMatch", "TemplateTable", "TemplateTier"]

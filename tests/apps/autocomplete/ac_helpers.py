@@ -8,9 +8,10 @@ from typing import Any
 
 from rtgate.apps.autocomplete.engine import AutocompleteEngine, EngineConfig
 from rtgate.apps.autocomplete.tiers import Reader
-from rtgate.budget import Budget
-from rtgate.latency import Prior
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.core.budget import Budget
+from rtgate.core.latency import Prior
+from rtgate.core.request import Piece, Request
+from rtgate.tiers.base import Tier
 
 CLOUD_CANDIDATES = [
     {"text": "临时提额和账单分期能一起办吗", "intent": "complex", "source": "cloud"},

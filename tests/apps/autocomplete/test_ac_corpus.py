@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from ac_helpers import engine_with
 
 from rtgate.apps.autocomplete.bench import accuracy
-from rtgate.apps.autocomplete.domain import INTENTS, load_corpus
 from rtgate.apps.autocomplete.intents_cli import holdout_report
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
-from rtgate.budget import Budget
+from rtgate.core.budget import Budget
+from rtgate.domains.loader import INTENTS, load_corpus
 from rtgate.tiers.intents import Example, holdout_split
 from rtgate.tiers.textnorm import normalize, prefixes
 

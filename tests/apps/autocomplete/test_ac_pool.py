@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from rtgate.apps.autocomplete.domain import DATA_DIR, load_examples
 from rtgate.apps.autocomplete.pool import CandidatePool, Entry
+from rtgate.domains.loader import DATA_DIR, load_examples
 from rtgate.tiers.intents import Example
 from rtgate.tiers.textnorm import normalize
 

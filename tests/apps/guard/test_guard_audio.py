@@ -16,7 +16,7 @@ from rtgate.apps.guard.audio import (
     write_wav,
 )
 from rtgate.apps.guard.features import HOP, RATE
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 
 def _tone(rate: int, seconds: float = 0.5, f: float = 440.0) -> np.ndarray:

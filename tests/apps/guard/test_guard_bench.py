@@ -33,7 +33,7 @@ def test_realtime_broker_serves_stops_and_stops_on_exit() -> None:
     from rtgate.apps.guard.events import StopMessage
     from rtgate.apps.guard.mqtt import Broker, StopPublisher
     from rtgate.apps.guard.rtbroker import realtime_broker
-    from rtgate.errors import ConfigError
+    from rtgate.core.errors import ConfigError
 
     try:
         cm = realtime_broker(10)

@@ -89,7 +89,7 @@ def test_all_streams_in_place_equals_stepping_them_by_rows() -> None:
 
 
 def test_all_streams_need_one_row_each() -> None:
-    from rtgate.errors import InvalidRequest
+    from rtgate.core.errors import InvalidRequest
 
     with pytest.raises(InvalidRequest):
         Detector(n_streams=3).step(np.zeros((2, N_FEATURES), np.float32))

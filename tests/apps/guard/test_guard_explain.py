@@ -10,7 +10,7 @@ import pytest
 
 from rtgate.apps.guard.diagnose import Diagnosis
 from rtgate.apps.guard.events import StopEvent, StopMessage
-from rtgate.apps.guard.explain import (
+from rtgate.apps.guard.explain_worker import (
     ExplainWorker,
     LLMExplainer,
     Machine,
@@ -188,9 +188,9 @@ async def test_local_model_writes_a_chinese_hypothesis() -> None:
 
 
 def test_machines_come_from_the_rules_file(tmp_path: Path) -> None:
-    from rtgate.apps.guard.explain import load_machines
+    from rtgate.apps.guard.explain_worker import load_machines
     from rtgate.apps.guard.rules import Rules
-    from rtgate.errors import ConfigError
+    from rtgate.core.errors import ConfigError
 
     p = tmp_path / "rules.toml"
     p.write_text(

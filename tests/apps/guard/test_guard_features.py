@@ -15,7 +15,7 @@ from rtgate.apps.guard.features import (
     mel_filterbank,
 )
 from rtgate.apps.guard.simulate import Clip
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 
 def reference_features(windows: np.ndarray) -> np.ndarray:

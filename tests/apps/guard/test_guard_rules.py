@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
-from rtgate.errors import ConfigError, InvalidRequest
+from rtgate.core.errors import ConfigError, InvalidRequest
 
 TOML = """
 threshold = 0.9

@@ -13,7 +13,7 @@ from rtgate.apps.guard.simulate import (
     make_clip,
     make_set,
 )
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 
 def test_defect_frequencies_of_a_6205_match_the_handbook() -> None:

@@ -18,14 +18,14 @@ from guard_helpers import SHARED_BROKER, PrivateBroker, Subscriber, clear_retain
 
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.events import StopMessage
-from rtgate.apps.guard.explain import ExplainWorker, StopContext
+from rtgate.apps.guard.explain_worker import ExplainWorker, StopContext
 from rtgate.apps.guard.features import HOP
 from rtgate.apps.guard.mqtt import AuditLog, Broker, StopPublisher, command_failsafe
 from rtgate.apps.guard.pipeline import Guard
 from rtgate.apps.guard.rules import Rule, Rules
 from rtgate.apps.guard.simulate import Clip
 from rtgate.apps.guard.store import WorkOrder, WorkOrderStore
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 pytestmark = pytest.mark.slow
 

@@ -44,7 +44,7 @@ def test_training_is_reproducible_and_reads_a_mimii_folder(tmp_path: Path) -> No
 def test_a_sequence_in_chunks_with_the_state_carried_is_the_whole_sequence() -> None:
     import torch
 
-    from rtgate.apps.guard.model import DetectorNet
+    from rtgate.apps.guard.network import DetectorNet
 
     torch.manual_seed(0)
     net = DetectorNet().eval()

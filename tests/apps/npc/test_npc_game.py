@@ -22,11 +22,12 @@ from rtgate.apps.npc.game import (
 from rtgate.apps.npc.intent import IDLE, Intent, parse_intent
 from rtgate.apps.npc.tiers import build_model_tiers, template_tier
 from rtgate.apps.npc.world import Mode, default_world
-from rtgate.budget import Budget
+from rtgate.core.budget import Budget
+from rtgate.core.latency import Prior
+from rtgate.core.request import Piece, Request
 from rtgate.gate import Gate
-from rtgate.latency import Prior
-from rtgate.sync import SyncGate
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.gate.sync_facade import SyncGate
+from rtgate.tiers.base import Tier
 from rtgate.tiers.fake import FakeTier
 
 WAIT = 10.0

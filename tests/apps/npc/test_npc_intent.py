@@ -10,9 +10,9 @@ from rtgate.apps.npc.intent import IDLE, Intent, intent_from_data, parse_intent
 from rtgate.apps.npc.tiers import LOCAL_SHOTS, WarmLLMTier, template_tier
 from rtgate.backends.base import Generation
 from rtgate.backends.fake import FakeBackend
-from rtgate.budget import Budget
-from rtgate.errors import Declined
-from rtgate.tiers.base import Piece, Request
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined
+from rtgate.core.request import Piece, Request
 
 
 @pytest.mark.parametrize(

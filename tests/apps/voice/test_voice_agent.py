@@ -200,7 +200,7 @@ async def test_once_the_reply_is_over_the_stop_goes_up_and_speech_is_a_new_turn(
 @pytest.mark.slow
 @session
 async def test_the_emulated_cloud_does_not_queue_on_the_local_model(models: VoiceModels) -> None:
-    from rtgate.emulate import EmulatedLatency
+    from rtgate.tiers.emulated import EmulatedLatency
     from rtgate.tiers.llm import LLMTier
 
     assert models.deep_gate is not None and models.answer_gate is not None

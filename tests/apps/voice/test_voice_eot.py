@@ -19,8 +19,8 @@ from rtgate.apps.voice.eot import (
 )
 from rtgate.apps.voice.session import VoiceModels
 from rtgate.apps.voice.turns import cue
-from rtgate.budget import Budget
-from rtgate.errors import QueueFull
+from rtgate.core.budget import Budget
+from rtgate.core.errors import QueueFull
 
 
 class FakeScorer:
@@ -136,7 +136,7 @@ def test_a_bad_evaluation_file_is_a_clear_error(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from rtgate.apps.voice.cli import app
-    from rtgate.errors import InvalidRequest
+    from rtgate.core.errors import InvalidRequest
 
     broken, empty = tmp_path / "broken.json", tmp_path / "empty.json"
     broken.write_text("{not json", encoding="utf-8")

@@ -17,7 +17,7 @@ from rtgate.apps.voice.frames import (
 )
 from rtgate.apps.voice.pipeline import Pipeline
 from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker, VADStage
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 
 def _events(pcm: np.ndarray) -> tuple[list[float], list[SpeechStartFrame | SpeechStopFrame]]:

@@ -16,7 +16,7 @@ from rtgate.apps.voice.frames import (
     StartFrame,
 )
 from rtgate.apps.voice.pipeline import MAX_CONTROL, Pipeline, Stage
-from rtgate.errors import QueueFull
+from rtgate.core.errors import QueueFull
 
 
 class Gated(Stage):

@@ -30,14 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from rtgate.apps.autocomplete.domain import load_corpus
 from rtgate.apps.autocomplete.engine import ROUTES, AutocompleteEngine, EngineConfig, Mode
 from rtgate.apps.autocomplete.pool import units
 from rtgate.apps.autocomplete.sessions import Session, lexicon, sessions, typed
 from rtgate.apps.autocomplete.tiers import CloudSuggestTier
-from rtgate.budget import Budget
-from rtgate.emulate import CLOUD_70B, EmulatedLatency
-from rtgate.tiers.base import Request
+from rtgate.core.budget import Budget
+from rtgate.core.request import Request
+from rtgate.domains.loader import load_corpus
+from rtgate.tiers.emulated import CLOUD_70B, EmulatedLatency
 from rtgate.tiers.intents import Example, holdout_split
 from rtgate.tiers.textnorm import prefixes
 
@@ -251,7 +251,7 @@ async def _run(
         },
     }
     if plot is not None:
-        from rtgate.plots import latency_cdf
+        from rtgate.bench.plots import latency_cdf
 
         latency_cdf(series, plot, title=f"Autocomplete latency ({mode})", budget_ms=budget_ms)
         report["meta"]["plot"] = str(plot)

@@ -48,7 +48,7 @@ def complete(
     wait: bool = typer.Option(True, help="wait for the cloud's suggestions when it was asked"),
 ) -> None:
     """Suggestions for PREFIX, as `POST /v1/complete` returns them."""
-    from rtgate.errors import InvalidRequest
+    from rtgate.core.errors import InvalidRequest
 
     try:
         out = asyncio.run(_complete(prefix, budget_ms, mode, wait))

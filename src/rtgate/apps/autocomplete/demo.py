@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rtgate.apps.autocomplete.bench import GOALS, run
 from rtgate.apps.autocomplete.engine import AutocompleteEngine, EngineConfig
-from rtgate.demo import DemoSection
+from rtgate.demo.runner import DemoSection
 
 __all__ = ["EXAMPLES", "demo"]
 

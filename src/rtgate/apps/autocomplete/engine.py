@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from rtgate.apps.autocomplete.domain import INTENTS, load_corpus, load_templates
 from rtgate.apps.autocomplete.pool import CandidatePool, Suggestion, units
 from rtgate.apps.autocomplete.scoring import EmulatedScorer, LlamaScorer, Scorer
 from rtgate.apps.autocomplete.tiers import (
@@ -38,14 +37,16 @@ from rtgate.apps.autocomplete.tiers import (
     Reader,
     TemplateSuggestTier,
 )
-from rtgate.budget import Budget
-from rtgate.delegate.inprocess import InProcessQueue
-from rtgate.emulate import CLOUD_70B, EmulatedLatency
-from rtgate.errors import InvalidBudget, InvalidRequest, JobNotFound
+from rtgate.core.budget import Budget
+from rtgate.core.errors import InvalidBudget, InvalidRequest, JobNotFound
+from rtgate.core.request import Request
+from rtgate.domains.loader import INTENTS, load_corpus, load_templates
 from rtgate.gate import Gate, GateConfig
-from rtgate.tiers.base import Request, Tier
+from rtgate.gate.inprocess_queue import InProcessQueue
+from rtgate.tiers.base import Tier
 from rtgate.tiers.cache import CacheTier, ExactCache
 from rtgate.tiers.classifier import IntentClassifier
+from rtgate.tiers.emulated import CLOUD_70B, EmulatedLatency
 from rtgate.tiers.intents import Example
 from rtgate.tiers.textnorm import lang_of
 

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rtgate.apps.autocomplete.domain import (
+from rtgate.domains.loader import (
     DATA_DIR,
     ModelKind,
     corpus_digest,

@@ -15,8 +15,8 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from rtgate.budget import Budget
-from rtgate.emulate import LOCAL_8B, LatencyProfile
+from rtgate.core.budget import Budget
+from rtgate.tiers.emulated import LOCAL_8B, LatencyProfile
 from rtgate.tiers.textnorm import lang_of, normalize
 
 if TYPE_CHECKING:

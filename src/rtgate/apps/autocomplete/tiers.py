@@ -22,10 +22,11 @@ from typing import Any
 
 from rtgate.apps.autocomplete.pool import CandidatePool, Entry, Suggestion, fuse, units
 from rtgate.apps.autocomplete.scoring import Scorer
-from rtgate.budget import Budget
-from rtgate.errors import Declined
-from rtgate.latency import LatencyModel, Prior
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined
+from rtgate.core.latency import LatencyModel, Prior
+from rtgate.core.request import Piece, Request
+from rtgate.tiers.base import Tier
 from rtgate.tiers.classifier import IntentRanker
 from rtgate.tiers.templates import TemplateTable
 from rtgate.tiers.textnorm import lang_of

@@ -38,7 +38,7 @@ from rtgate.apps.autocomplete.engine import (
     check_budget,
     check_prefix,
 )
-from rtgate.errors import InvalidRequest, JobNotFound
+from rtgate.core.errors import InvalidRequest, JobNotFound
 
 __all__ = ["STATIC", "make_router", "router"]
 

@@ -4,7 +4,7 @@
 headers), takes one channel and resamples to 16 kHz. ``PcmReader`` cuts a byte stream (stdin)
 of signed 16-bit little-endian samples into chunks. ``read_dataset`` finds the labelled WAVs
 of a DCASE or MIMII style folder. ``paced`` replays windows at the speed they were recorded.
-Bad input raises :class:`~rtgate.errors.InvalidRequest` with what was wrong.
+Bad input raises :class:`~rtgate.core.errors.InvalidRequest` with what was wrong.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rtgate.apps.guard.features import HOP, RATE, Resampler
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 __all__ = [
     "DatasetItem",

@@ -123,7 +123,7 @@ def run(
     filled with the raw run for plots: ``t0`` (UNIX time of audio start), ``names``,
     ``onsets_s``, ``severity_db``, ``scores`` (ticks x stations), ``receipts`` and ``orders``.
     """
-    from rtgate.apps.guard.explain_proc import ExplainConfig, ExplainProcess
+    from rtgate.apps.guard.explain_child import ExplainConfig, ExplainProcess
     from rtgate.apps.guard.store import WorkOrderStore
 
     b = Broker.parse(broker)

@@ -22,7 +22,7 @@ from rtgate.apps.guard.features import HOP, RATE, Framer
 from rtgate.apps.guard.pipeline import Guard
 from rtgate.apps.guard.rt import realtime
 from rtgate.apps.guard.rules import Rules
-from rtgate.errors import InvalidRequest, RtgateError
+from rtgate.core.errors import InvalidRequest, RtgateError
 
 __all__ = ["app", "scan_files"]
 
@@ -193,8 +193,8 @@ def run(
     station of stdin (``arecord -c 4 ... | rtgate guard run - --channels 4 --station A ...``)
     or of a sound card (``--device NAME --channels 4 --station A ...``).
     """
-    from rtgate.apps.guard.explain import load_machines
-    from rtgate.apps.guard.explain_proc import ExplainConfig, ExplainProcess
+    from rtgate.apps.guard.explain_child import ExplainConfig, ExplainProcess
+    from rtgate.apps.guard.explain_worker import load_machines
     from rtgate.apps.guard.mqtt import AuditLog, Broker, StopPublisher, command_failsafe
     from rtgate.apps.guard.store import default_db_path
 

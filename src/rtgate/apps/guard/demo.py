@@ -16,7 +16,7 @@ import numpy as np
 
 from rtgate.apps.guard.bench import run
 from rtgate.apps.guard.features import HOP, RATE
-from rtgate.demo import DemoSection
+from rtgate.demo.runner import DemoSection
 
 __all__ = ["demo", "score_plot"]
 

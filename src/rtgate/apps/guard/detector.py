@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rtgate.apps.guard.features import N_FEATURES
-from rtgate.errors import ConfigError, InvalidRequest
+from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = ["DEFAULT_MODEL", "Detector", "default_model_path", "lift_1d"]
 

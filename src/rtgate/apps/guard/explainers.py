@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from rtgate.apps.guard.diagnose import Diagnosis
 from rtgate.apps.guard.simulate import BEARINGS, Bearing
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
 
 __all__ = [
     "MAX_CHARS",

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 __all__ = [
     "CREST_BANDS",

@@ -21,7 +21,7 @@ from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.events import StopEvent, StopMessage
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
 from rtgate.apps.guard.rules import RuleEngine, Rules
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 __all__ = ["Guard", "StopEvent", "StopSink"]
 

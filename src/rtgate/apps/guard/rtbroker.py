@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
 
 __all__ = ["realtime_broker"]
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rtgate.errors import ConfigError, InvalidRequest
+from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = ["Decision", "Rule", "RuleEngine", "Rules"]
 

@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 __all__ = [
     "BEARINGS",

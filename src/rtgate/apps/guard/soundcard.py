@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from rtgate.apps.guard.audio import S16Decoder
 from rtgate.apps.guard.features import HOP, RATE
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 __all__ = ["DeviceReader"]
 

@@ -165,7 +165,7 @@ def export_onnx(net: Any, path: Path, info: dict[str, Any]) -> None:
     import onnx
     import torch
 
-    from rtgate.apps.guard.model import StepWrapper
+    from rtgate.apps.guard.network import StepWrapper
 
     step = StepWrapper(net).eval()
     args = (torch.zeros(1, net.k, N_FEATURES), torch.zeros(1, net.hidden))
@@ -199,7 +199,7 @@ def _fit(cfg: TrainConfig, data: _Data, log: Any) -> Any:
     import torch
     from torch import nn
 
-    from rtgate.apps.guard.model import DetectorNet
+    from rtgate.apps.guard.network import DetectorNet
 
     torch.manual_seed(cfg.seed)
     torch.use_deterministic_algorithms(True)

@@ -2,8 +2,8 @@
 
 Two runs of the same scripted session on the real models:
 
-1. **gated**: lines go through the :class:`~rtgate.sync.SyncGate`; the frame only submits and
-   drains. Templates answer common lines; the local model answers the rest, its first
+1. **gated**: lines go through the :class:`~rtgate.gate.sync_facade.SyncGate`; the frame only
+   submits and drains. Templates answer common lines; the local model answers the rest, its first
    piece within ``budget_ms`` (``scope="first_token"``), and the NPC acts on the head
    ``action target |`` as soon as it has streamed in; the cloud tier (the same model
    behind an emulated 70B latency, on its own backend) keeps the CPU busy with deeper
@@ -45,10 +45,11 @@ from rtgate.apps.npc.game import (
 from rtgate.apps.npc.intent import Intent, parse_intent
 from rtgate.apps.npc.tiers import ModelTiers, build_model_tiers, template_tier
 from rtgate.apps.npc.world import default_world
-from rtgate.budget import Budget
+from rtgate.core.budget import Budget
+from rtgate.core.request import Piece
 from rtgate.gate import Gate, GateConfig
-from rtgate.sync import SyncGate
-from rtgate.tiers.base import Piece, Tier
+from rtgate.gate.sync_facade import SyncGate
+from rtgate.tiers.base import Tier
 
 __all__ = ["GOALS", "gated_session", "run", "summarize"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rtgate.apps.npc.bench import run
-from rtgate.demo import DemoSection
+from rtgate.demo.runner import DemoSection
 
 __all__ = ["demo"]
 

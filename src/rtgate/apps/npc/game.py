@@ -4,7 +4,8 @@ A frame (``Game.frame``) does, in order: hand the player's due lines to the dial
 apply what the dialogue has received since the last frame (the head of a streaming answer,
 a complete answer, a deeper follow-up), step the world. With
 :class:`GatedDialogue` nothing in a frame waits on a model: lines are submitted through
-the :class:`~rtgate.sync.SyncGate` (microseconds) and answers are drained once per frame.
+the :class:`~rtgate.gate.sync_facade.SyncGate` (microseconds) and answers are drained once
+per frame.
 :class:`InlineDialogue` is the ablation the article warns against: it calls the model
 inside the frame and waits for it.
 
@@ -23,10 +24,10 @@ from typing import Protocol
 
 from rtgate.apps.npc.intent import IDLE, Intent, intent_from_data, parse_intent
 from rtgate.apps.npc.world import World
-from rtgate.errors import QueueFull
+from rtgate.core.errors import QueueFull
+from rtgate.core.request import Request
 from rtgate.gate import GateResult
-from rtgate.sync import Handle, SyncGate
-from rtgate.tiers.base import Request
+from rtgate.gate.sync_facade import Handle, SyncGate
 
 __all__ = [
     "SCRIPT",

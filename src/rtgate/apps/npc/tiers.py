@@ -16,10 +16,11 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rtgate.budget import Budget
-from rtgate.emulate import CLOUD_70B, EmulatedLatency
-from rtgate.errors import Declined
-from rtgate.tiers.base import Piece, Request, Tier
+from rtgate.core.budget import Budget
+from rtgate.core.errors import Declined
+from rtgate.core.request import Piece, Request
+from rtgate.tiers.base import Tier
+from rtgate.tiers.emulated import CLOUD_70B, EmulatedLatency
 from rtgate.tiers.llm import FewShot, LLMTier
 from rtgate.tiers.templates import TemplateTable, TemplateTier
 

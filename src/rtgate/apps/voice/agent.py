@@ -46,9 +46,9 @@ from rtgate.apps.voice.frames import (
     TurnEndFrame,
 )
 from rtgate.apps.voice.pipeline import Stage
-from rtgate.budget import Budget
+from rtgate.core.budget import Budget
+from rtgate.core.request import Message, Request
 from rtgate.gate import DoneEvent, FollowupEvent, Gate, TokenEvent
-from rtgate.tiers.base import Message, Request
 
 __all__ = [
     "ACK_UNITS",

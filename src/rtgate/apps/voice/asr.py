@@ -47,7 +47,7 @@ from rtgate.apps.voice.frames import (
     TurnEndFrame,
 )
 from rtgate.apps.voice.pipeline import Stage
-from rtgate.errors import ConfigError, InvalidRequest
+from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = [
     "ASR_MODELS",

@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 
 from rtgate.apps.voice.frames import RATE, Pcm, TranscriptFrame, TurnEndFrame
-from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels, data_path
+from rtgate.apps.voice.packaged import data_path
+from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels
 from rtgate.apps.voice.transport import RecordingOut, read_wav
 from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker
-from rtgate.budget import Budget
-from rtgate.tiers.base import Piece, Request
+from rtgate.core.budget import Budget
+from rtgate.core.request import Piece, Request
 
 __all__ = ["Clip", "percentiles", "run", "speech_bounds"]
 

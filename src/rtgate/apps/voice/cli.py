@@ -103,7 +103,7 @@ def eot_eval(
     from rtgate.apps.voice.eot import LMEndOfTurn, evaluate, load_eval
     from rtgate.apps.voice.turns import TurnRules, cue
     from rtgate.backends.llamacpp import LlamaCppBackend
-    from rtgate.errors import InvalidRequest
+    from rtgate.core.errors import InvalidRequest
 
     rules = TurnRules()
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rtgate.apps.voice.bench import run
-from rtgate.demo import DemoSection
+from rtgate.demo.runner import DemoSection
 
 __all__ = ["demo"]
 

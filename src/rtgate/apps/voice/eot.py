@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rtgate.budget import Budget
-from rtgate.errors import InvalidRequest, RtgateError
+from rtgate.core.budget import Budget
+from rtgate.core.errors import InvalidRequest, RtgateError
 
 __all__ = [
     "DEFAULT_PROMPTS",
@@ -172,7 +172,7 @@ def load_eval(path: str | None = None) -> list[Labelled]:
     from pathlib import Path
 
     if path is None:
-        from rtgate.apps.voice.session import data_path
+        from rtgate.apps.voice.packaged import data_path
 
         path = str(data_path("eot_eval.json"))
     try:

@@ -11,7 +11,7 @@ does not handle with :meth:`Stage.push`. A stage runs two tasks:
 - the **data task** handles data frames one at a time, in order.
 
 Queue policies. Control: at most ``MAX_CONTROL`` waiting (a few per turn are normal); more
-is a bug, so ``put`` raises :class:`~rtgate.errors.QueueFull` rather than drop one. Data: at
+is a bug, so ``put`` raises :class:`~rtgate.core.errors.QueueFull` rather than drop one. Data: at
 most ``max_data`` waiting; when full, ``"wait"`` makes the sender wait (back-pressure, for
 text), ``"drop_oldest"`` discards the oldest frame and counts it (for audio: late audio is
 worth less than live audio).
@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from rtgate.apps.voice.frames import ControlFrame, EndFrame, Frame, InterruptionFrame
-from rtgate.errors import QueueFull
+from rtgate.core.errors import QueueFull
 
 __all__ = ["MAX_CONTROL", "Observer", "Pipeline", "QueuePolicy", "Stage"]
 

@@ -13,8 +13,6 @@ import json
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -34,24 +32,20 @@ from rtgate.apps.voice.frames import (
     TranscriptFrame,
     TurnEndFrame,
 )
+from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.pipeline import Pipeline, Stage
 from rtgate.apps.voice.transport import AudioOut, OutputStage, RecordingOut
 from rtgate.apps.voice.tts import TTSStage, VoiceTTS
 from rtgate.apps.voice.turns import TurnRules, TurnStage
 from rtgate.apps.voice.vad import SileroVAD, SpeechTracker, VADStage
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 from rtgate.gate import Gate, GateConfig
 from rtgate.tiers.base import Tier
 
 if TYPE_CHECKING:
     from rtgate.backends.llamacpp import LlamaCppBackend
 
-__all__ = ["VoiceCall", "VoiceConfig", "VoiceModels", "data_path"]
-
-
-def data_path(*parts: str) -> Path:
-    """A file shipped in ``rtgate/apps/voice/data``."""
-    return Path(str(resources.files("rtgate.apps.voice").joinpath("data", *parts)))
+__all__ = ["VoiceCall", "VoiceConfig", "VoiceModels"]
 
 
 @dataclass(slots=True)
@@ -90,7 +84,7 @@ def _tiers(cfg: VoiceConfig) -> tuple[list[Tier], list[Tier], list[Tier], LlamaC
     score and acknowledgement behind a background answer of a hundred tokens (the score
     came too late, and a finished statement waited the 600 ms of a plain clause)."""
     from rtgate.backends.llamacpp import LlamaCppBackend
-    from rtgate.emulate import CLOUD_70B, EmulatedLatency
+    from rtgate.tiers.emulated import CLOUD_70B, EmulatedLatency
     from rtgate.tiers.llm import FewShot, LLMTier
     from rtgate.tiers.templates import TemplateTier
 
@@ -153,7 +147,7 @@ class VoiceModels:
 
     async def warmup(self) -> None:
         """One pass through every model, and the fixed acknowledgements synthesised."""
-        from rtgate.tiers.base import Request
+        from rtgate.core.request import Request
 
         assert self.asr and self.tts and self.ack_gate and self.answer_gate
         cfg = self.cfg

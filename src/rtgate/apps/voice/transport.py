@@ -25,7 +25,7 @@ from rtgate.apps.voice.frames import (
     Pcm,
 )
 from rtgate.apps.voice.pipeline import Stage
-from rtgate.errors import InvalidRequest
+from rtgate.core.errors import InvalidRequest
 
 __all__ = ["AudioOut", "OutputStage", "Played", "RecordingOut", "read_wav"]
 

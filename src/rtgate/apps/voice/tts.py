@@ -21,7 +21,7 @@ import numpy as np
 
 from rtgate.apps.voice.frames import RATE, AgentAudioFrame, AgentTextFrame, Frame, Pcm
 from rtgate.apps.voice.pipeline import Stage
-from rtgate.errors import ConfigError
+from rtgate.core.errors import ConfigError
 
 __all__ = ["EspeakTTS", "PiperTTS", "Synth", "TTSStage", "VoiceTTS", "piper_available"]
 

@@ -25,7 +25,7 @@ from rtgate.apps.voice.frames import (
     StartFrame,
 )
 from rtgate.apps.voice.pipeline import Stage
-from rtgate.errors import ConfigError, InvalidRequest
+from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = [
     "CHUNK",

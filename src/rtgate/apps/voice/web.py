@@ -38,7 +38,8 @@ from rtgate.apps.voice.frames import (
     TranscriptFrame,
     TurnEndFrame,
 )
-from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels, data_path
+from rtgate.apps.voice.packaged import data_path
+from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels
 
 __all__ = ["VoiceService", "create_app", "make_router", "router"]
 

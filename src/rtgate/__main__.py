@@ -1,0 +1,140 @@
+"""The ``rtgate`` command: every command group, mounted by plain imports.
+
+This is the top floor: it is the one module that sees the server, the benchmarks and every
+application, and adds their typer apps to one command line. Modules keep their heavy imports
+(models, torch, onnxruntime) inside their commands, so ``rtgate --help`` stays fast.
+``python -m rtgate`` runs it too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rtgate.apps.autocomplete import cli as autocomplete_cli
+from rtgate.apps.autocomplete import intents_cli
+from rtgate.apps.guard import bench as guard_bench
+from rtgate.apps.guard import cli as guard_cli
+from rtgate.apps.npc import cli as npc_cli
+from rtgate.apps.voice import cli as voice_cli
+from rtgate.bench import delegation as bench_delegation
+from rtgate.bench import fast_tiers as bench_fast_tiers
+from rtgate.bench import faults as bench_faults
+from rtgate.bench import gate_cost as bench_gate_cost
+from rtgate.bench import http as bench_http
+from rtgate.bench import tier_latency_cli as bench_tier_latency
+from rtgate.cli import fakellm as fakellm_cli
+from rtgate.cli import keys as keys_cli
+from rtgate.cli import serve as serve_cli
+from rtgate.cli import worker as worker_cli
+from rtgate.cli.output import console
+from rtgate.demo.runner import DemoSection, run_demo
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="rtgate",
+    no_args_is_help=True,
+    add_completion=False,
+    help="A latency-budget gate that makes language models feel real-time.",
+)
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: a table on screen, JSON out.")
+app.add_typer(bench_app, name="bench")
+
+# commands added at the top level, under `rtgate bench`, and as named groups
+_ROOT: tuple[typer.Typer, ...] = (
+    serve_cli.app,
+    npc_cli.app,
+    fakellm_cli.app,
+    worker_cli.app,
+    autocomplete_cli.app,
+)
+_BENCH: tuple[typer.Typer, ...] = (
+    bench_gate_cost.app,
+    bench_http.app,
+    bench_tier_latency.app,
+    npc_cli.bench_app,
+    bench_faults.app,
+    bench_delegation.bench_app,
+    bench_fast_tiers.app,
+    guard_bench.bench_app,
+    autocomplete_cli.bench_app,
+    voice_cli.bench_app,
+)
+_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
+    ("keys", keys_cli.app),
+    ("intents", intents_cli.app),
+    ("guard", guard_cli.app),
+    ("voice", voice_cli.app),
+)
+
+
+def _gate_scenario(out: Path) -> DemoSection:
+    from rtgate.demo.gate_scenario import gate_demo
+
+    return gate_demo(out)
+
+
+def _autocomplete_scenario(out: Path) -> DemoSection:
+    from rtgate.apps.autocomplete.demo import demo as run
+
+    return run(out)
+
+
+def _guard_scenario(out: Path) -> DemoSection:
+    from rtgate.apps.guard.demo import demo as run
+
+    return run(out)
+
+
+def _voice_scenario(out: Path) -> DemoSection:
+    from rtgate.apps.voice.demo import demo as run
+
+    return run(out)
+
+
+def _npc_scenario(out: Path) -> DemoSection:
+    from rtgate.apps.npc.demo import demo as run
+
+    return run(out)
+
+
+SCENARIOS = (
+    ("gate", _gate_scenario),
+    ("autocomplete", _autocomplete_scenario),
+    ("guard", _guard_scenario),
+    ("voice", _voice_scenario),
+    ("npc", _npc_scenario),
+)
+
+
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("out/demo"), help="folder for report.html and plots"),
+    only: list[str] | None = typer.Option(None, help="run only these scenarios"),
+) -> None:
+    """Run every scenario end to end on embedded defaults; print a summary, write a report."""
+    if not run_demo(out, SCENARIOS, only=only, console=console):
+        raise typer.Exit(1)
+
+
+def _mount() -> None:
+    for sub in _ROOT:
+        app.registered_commands.extend(sub.registered_commands)
+        app.registered_groups.extend(sub.registered_groups)
+    for sub in _BENCH:
+        bench_app.registered_commands.extend(sub.registered_commands)
+    for name, sub in _GROUPS:
+        app.add_typer(sub, name=name)
+
+
+_mount()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

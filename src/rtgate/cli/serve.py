@@ -1,0 +1,116 @@
+"""``rtgate serve``: run the server on uvicorn (uvloop event loop, httptools parser).
+
+Also runnable on its own: ``python -m rtgate.cli.serve serve --port 8000``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from rtgate.config.loader import Config, load_config
+from rtgate.core.errors import ConfigError
+
+__all__ = ["app", "build_server", "run_server", "uvicorn_config"]
+
+app = typer.Typer(help="The rtgate HTTP server.", no_args_is_help=True, add_completion=False)
+err = Console(stderr=True)
+_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+@app.callback()
+def _main() -> None:
+    """The rtgate HTTP server."""
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def uvicorn_config(config: Config, application: Any) -> Any:
+    """A ``uvicorn.Config`` for ``application`` with rtgate's choices."""
+    import uvicorn
+
+    s = config.server
+    return uvicorn.Config(
+        application,
+        host=s.host,
+        port=s.port,
+        loop="uvloop" if _has("uvloop") else "asyncio",
+        http="httptools" if _has("httptools") else "h11",
+        ws="websockets-sansio" if _has("websockets") else "auto",
+        ws_max_size=s.max_body_bytes,
+        lifespan="on",
+        access_log=s.access_log,
+        log_level=s.log_level,
+        limit_concurrency=s.max_connections,
+        timeout_graceful_shutdown=s.graceful_shutdown_s,
+        server_header=False,
+    )
+
+
+def build_server(config: Config) -> Any:
+    """A ``uvicorn.Server`` for ``config``, not started. The key store and the gate are
+    built here, so a bad file or model fails before serving, clearly; log redaction is
+    installed once uvicorn has configured logging (building ``uvicorn.Config`` does)."""
+    import uvicorn
+
+    from rtgate.assembly.build import assemble
+    from rtgate.server.app import create_app
+    from rtgate.server.middleware_stack import install_log_redaction, load_keys, server_middleware
+
+    logging.basicConfig(
+        level=config.server.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    middleware = server_middleware(config, load_keys(config))
+    application = create_app(
+        config, assembly=assemble(config), freeze_gc=True, middleware=middleware
+    )
+    server = uvicorn.Server(uvicorn_config(config, application))
+    install_log_redaction(config)
+    return server
+
+
+def run_server(config: Config) -> None:
+    """Build the server (see :func:`build_server`), then serve until stopped."""
+    build_server(config).run()
+
+
+@app.command()
+def serve(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="TOML file (else $RTGATE_CONFIG).")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="Overrides server.host.")] = None,
+    port: Annotated[int | None, typer.Option(help="Overrides server.port.")] = None,
+    log_level: Annotated[str | None, typer.Option(help="Overrides server.log_level.")] = None,
+) -> None:
+    """Serve /v1/gate, /v1/chat/completions, /v1/ws, /v1/jobs, /metrics and /healthz."""
+    try:
+        cfg = load_config(config)
+        if host is not None:
+            cfg.server.host = host
+        if port is not None:
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"--port must be in 0..65535, got {port}")
+            cfg.server.port = port
+        if log_level is not None:
+            if log_level.lower() not in _LEVELS:
+                raise ConfigError(f"--log-level must be one of {', '.join(_LEVELS)}")
+            cfg.server.log_level = log_level.lower()
+        run_server(cfg)
+    except ConfigError as e:
+        err.print(f"[bold red]configuration error:[/] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+if __name__ == "__main__":
+    app(sys.argv[1:])
