@@ -20,8 +20,8 @@ def reference(engine: LlamaEngine, prefix: str, cand: str) -> float:
     k = next((i for i, (a, b) in enumerate(zip(base, full, strict=False)) if a != b), len(base))
     llm, total = engine.llm, 0.0
     for j in range(max(1, k), len(full)):
-        llm.reset()
-        llm._ctx.kv_cache_clear()
+        llm.reset()  # type: ignore[no-untyped-call]
+        llm._ctx.kv_cache_clear()  # type: ignore[no-untyped-call]
         llm.eval(full[:j])
         ptr: Any = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
         row = np.ctypeslib.as_array(ptr, shape=(engine.n_vocab,)).astype(np.float64)

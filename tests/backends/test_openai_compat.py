@@ -145,7 +145,7 @@ async def test_cancelling_the_consumer_closes_the_connection() -> None:
     async with RawServer(handler) as srv:
         backend = srv.backend()
         agen = backend.generate(CHAT)
-        assert await agen.__anext__() == "a"  # type: ignore[attr-defined]
+        assert await agen.__anext__() == "a"
         await agen.aclose()  # type: ignore[attr-defined]
         async with asyncio.timeout(10):
             await closed.wait()

@@ -50,7 +50,7 @@ async def test_cancel_mid_stream_then_serve_again(llama_server: str) -> None:
     long = Generation(messages=[Message("user", "Write a long story.")], max_tokens=60)
     try:
         agen = backend.generate(long)
-        first = await agen.__anext__()  # type: ignore[attr-defined]
+        first = await agen.__anext__()
         await agen.aclose()  # type: ignore[attr-defined]
         again = "".join([d async for d in backend.generate(CHAT)])
     finally:

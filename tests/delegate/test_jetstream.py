@@ -7,7 +7,6 @@ import json
 from collections.abc import Callable
 
 import pytest
-from delegate_helpers import cloud_tier, eventually, idle_runner, job
 
 from rtgate.core.errors import QueueFull
 from rtgate.core.latency import Prior
@@ -18,6 +17,7 @@ from rtgate.gate import Gate, GateConfig
 from rtgate.gate.job_runner import TierRunner
 from rtgate.gate.jobs import Job, JobStore
 from rtgate.tiers.fake import FakeTier
+from tests.delegate.delegate_helpers import cloud_tier, eventually, idle_runner, job
 
 Make = Callable[..., JetStreamQueue]
 

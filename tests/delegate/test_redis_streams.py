@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from delegate_helpers import cloud_tier, eventually, idle_runner, job
 
 from rtgate.core.errors import JobNotFound, QueueFull
 from rtgate.core.latency import Prior
@@ -20,6 +19,7 @@ from rtgate.gate import Gate, GateConfig
 from rtgate.gate.job_runner import TierRunner
 from rtgate.gate.jobs import Job, JobStore, new_job_id
 from rtgate.tiers.fake import FakeTier
+from tests.delegate.delegate_helpers import cloud_tier, eventually, idle_runner, job
 
 Make = Callable[..., RedisStreamsQueue]
 

@@ -9,7 +9,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from mqtt_acl_helpers import USERS, AclBroker, free_port, render_config
+
+from tests.security.mqtt_acl_helpers import USERS, AclBroker, free_port, render_config
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import paho.mqtt.client as paho
 import pytest
-from mqtt_acl_helpers import AclBroker
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 import rtgate
@@ -29,6 +28,7 @@ from rtgate.apps.guard.events import StopEvent, StopMessage
 from rtgate.apps.guard.explain_worker import ExplainWorker, LLMExplainer
 from rtgate.apps.guard.store import WorkOrder, WorkOrderStore
 from rtgate.backends.fake import FakeBackend
+from tests.security.mqtt_acl_helpers import AclBroker
 
 pytestmark = pytest.mark.slow
 

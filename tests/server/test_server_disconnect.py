@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from server_helpers import AsgiCall, SignalTier, fake_gate, server_only_config
 
 from rtgate.gate import Gate
 from rtgate.server import create_app
 from rtgate.tiers.fake import FakeTier
+from tests.server.server_helpers import AsgiCall, SignalTier, fake_gate, server_only_config
 
 pytestmark = pytest.mark.looptime
 

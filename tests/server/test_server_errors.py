@@ -10,11 +10,11 @@ from typing import Annotated
 
 import pytest
 from fastapi import APIRouter, Depends, FastAPI
-from server_helpers import running
 
 from rtgate.config.loader import Config
 from rtgate.server import ServerState
 from rtgate.server.state import state
+from tests.server.server_helpers import running
 
 
 def app_router() -> APIRouter:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from server_helpers import fake_gate, parse_sse, running
 
 from rtgate.config.loader import Config
+from tests.server.server_helpers import fake_gate, parse_sse, running
 
 pytestmark = pytest.mark.looptime
 

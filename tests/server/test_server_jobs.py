@@ -7,12 +7,19 @@ import json
 from typing import Any
 
 import pytest
-from server_helpers import AsgiCall, SignalTier, fake_gate, parse_sse, running, server_only_config
 from starlette.testclient import TestClient
 
 from rtgate.gate import Gate
 from rtgate.server import create_app
 from rtgate.tiers.fake import FakeTier
+from tests.server.server_helpers import (
+    AsgiCall,
+    SignalTier,
+    fake_gate,
+    parse_sse,
+    running,
+    server_only_config,
+)
 
 
 def hanging_cloud_gate() -> tuple[Gate, SignalTier]:

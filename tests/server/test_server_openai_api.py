@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from server_helpers import fake_gate, parse_sse, running
 
 from rtgate.config.loader import Config
+from tests.server.server_helpers import fake_gate, parse_sse, running
 
 pytestmark = pytest.mark.looptime
 

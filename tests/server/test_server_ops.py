@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from server_helpers import fake_gate, running
 
 from rtgate.tiers.emulated import CLOUD_70B, EmulatedLatency
 from rtgate.tiers.fake import FakeTier
+from tests.server.server_helpers import fake_gate, running
 
 pytestmark = pytest.mark.looptime
 

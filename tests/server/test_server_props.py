@@ -7,9 +7,9 @@ import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_helpers import fake_gate, running
 
 from rtgate.tiers.fake import FakeTier
+from tests.server.server_helpers import fake_gate, running
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),

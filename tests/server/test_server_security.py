@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from server_helpers import fake_gate
 from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from rtgate.config.loader import Config, load_config
@@ -22,6 +21,7 @@ from rtgate.security import BodyLimitMiddleware, KeyPolicy, KeyStore, RedactingF
 from rtgate.security.keys import PEPPER_ENV
 from rtgate.server import create_app
 from rtgate.server.middleware_stack import OPEN_NOTE, server_middleware
+from tests.server.server_helpers import fake_gate
 
 PEPPER = "pepper-for-the-tests-0123456789"
 

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from server_helpers import SignalTier, fake_gate, server_only_config
 from starlette.testclient import TestClient, WebSocketTestSession
 
 from rtgate.config.loader import Config
@@ -22,6 +21,7 @@ from rtgate.gate import Gate
 from rtgate.server import create_app
 from rtgate.tiers.base import Tier
 from rtgate.tiers.fake import FakeTier
+from tests.server.server_helpers import SignalTier, fake_gate, server_only_config
 
 
 class HeldTier(Tier):

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 import pytest
-from ac_helpers import GatedCloud
 
 from rtgate.apps.autocomplete.engine import build_reader
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
+from tests.apps.autocomplete.ac_helpers import GatedCloud
 
 
 @pytest.fixture(scope="session")

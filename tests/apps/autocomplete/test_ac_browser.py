@@ -9,10 +9,10 @@ import socket
 from pathlib import Path
 
 import pytest
-from ac_helpers import engine_with
 
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
 from rtgate.apps.autocomplete.web import make_router
+from tests.apps.autocomplete.ac_helpers import engine_with
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [

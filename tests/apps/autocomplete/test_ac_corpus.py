@@ -6,8 +6,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from ac_helpers import engine_with
-
 from rtgate.apps.autocomplete.bench import accuracy
 from rtgate.apps.autocomplete.intents_cli import holdout_report
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
@@ -15,6 +13,7 @@ from rtgate.core.budget import Budget
 from rtgate.domains.loader import INTENTS, load_corpus
 from rtgate.tiers.intents import Example, holdout_split
 from rtgate.tiers.textnorm import normalize, prefixes
+from tests.apps.autocomplete.ac_helpers import engine_with
 
 LANGS = ("zh", "en")
 

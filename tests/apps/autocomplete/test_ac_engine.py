@@ -6,13 +6,13 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from ac_helpers import CLOUD_CANDIDATES, GatedCloud, engine_with
 
 from rtgate.apps.autocomplete.engine import PLACEHOLDER, ROUTES, check_budget, check_prefix
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
 from rtgate.core.budget import Budget
 from rtgate.core.errors import InvalidRequest
 from rtgate.domains.loader import INTENTS
+from tests.apps.autocomplete.ac_helpers import CLOUD_CANDIDATES, GatedCloud, engine_with
 
 COMPLEX_ASK = (
     "我下个月要去日本旅游两周，想临时提额到5万，同时把上个月那笔12000的消费分6期，"

@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from ac_helpers import engine_with
 from fastapi import FastAPI
 
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
 from rtgate.apps.autocomplete.web import make_router
+from tests.apps.autocomplete.ac_helpers import engine_with
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from rtgate.apps.autocomplete.pool import CandidatePool, Entry
-from rtgate.domains.loader import DATA_DIR, load_examples
-from rtgate.tiers.intents import Example
+from rtgate.domains.loader import DATA_DIR
+from rtgate.tiers.intents import Example, load_examples
 from rtgate.tiers.textnorm import normalize
 
 

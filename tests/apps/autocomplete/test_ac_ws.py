@@ -7,11 +7,11 @@ import asyncio
 import json
 from typing import Any
 
-from ac_helpers import GatedCloud, engine_with
 from fastapi import WebSocketDisconnect
 
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
 from rtgate.apps.autocomplete.web import _Session
+from tests.apps.autocomplete.ac_helpers import GatedCloud, engine_with
 
 COMPLEX_A = (
     "我想把房子装修的10万分24期，但是额度只有6万，能先提额再分期吗，提额需要哪些材料，"

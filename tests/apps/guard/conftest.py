@@ -10,9 +10,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from guard_helpers import SHARED_BROKER, PrivateBroker, Subscriber, free_port, subscribe
 
 from rtgate.apps.guard.simulate import Clip, draw_motor, make_clip
+from tests.apps.guard.guard_helpers import (
+    SHARED_BROKER,
+    PrivateBroker,
+    Subscriber,
+    free_port,
+    subscribe,
+)
 
 
 @pytest.fixture(scope="session")

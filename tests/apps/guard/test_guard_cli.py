@@ -5,13 +5,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from guard_helpers import SHARED_BROKER, Subscriber, clear_retained
 from typer.testing import CliRunner
 
 from rtgate.apps.guard.audio import read_wav, write_wav
 from rtgate.apps.guard.cli import app
 from rtgate.apps.guard.features import HOP
 from rtgate.apps.guard.simulate import Clip
+from tests.apps.guard.guard_helpers import SHARED_BROKER, Subscriber, clear_retained
 
 runner = CliRunner()
 

@@ -38,7 +38,8 @@ class Sink:
 
 
 def test_warm_up_decides_nothing_that_leaves_the_guard() -> None:
-    det, sink, handed = AlwaysFault(2), Sink(), []
+    det, sink = AlwaysFault(2), Sink()
+    handed: list[object] = []
     rules = Rules(Rule(cooldown_s=3600.0))  # a stop during warm-up would mute the station
     guard = Guard(["A", "B"], rules, sink, detector=det, on_stop=handed.append)
     assert det.calls >= 8  # the warm-up ran whole ticks, each of which decided two stops

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from guard_helpers import SHARED_BROKER, PrivateBroker, Subscriber, clear_retained, subscribe
 
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.events import StopMessage
@@ -26,6 +25,13 @@ from rtgate.apps.guard.rules import Rule, Rules
 from rtgate.apps.guard.simulate import Clip
 from rtgate.apps.guard.store import WorkOrder, WorkOrderStore
 from rtgate.core.errors import InvalidRequest
+from tests.apps.guard.guard_helpers import (
+    SHARED_BROKER,
+    PrivateBroker,
+    Subscriber,
+    clear_retained,
+    subscribe,
+)
 
 pytestmark = pytest.mark.slow
 
