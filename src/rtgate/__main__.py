@@ -8,6 +8,7 @@ application, and adds their typer apps to one command line. Modules keep their h
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -18,6 +19,7 @@ from rtgate.apps.guard import bench as guard_bench
 from rtgate.apps.guard import cli as guard_cli
 from rtgate.apps.npc import cli as npc_cli
 from rtgate.apps.voice import cli as voice_cli
+from rtgate.backends import native_log
 from rtgate.bench import delegation as bench_delegation
 from rtgate.bench import fast_tiers as bench_fast_tiers
 from rtgate.bench import faults as bench_faults
@@ -113,9 +115,18 @@ SCENARIOS = (
 def demo(
     out: Path = typer.Option(Path("out/demo"), help="folder for report.html and plots"),
     only: list[str] | None = typer.Option(None, help="run only these scenarios"),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="show llama.cpp's own log lines (default: OUT/native.log)"
+    ),
 ) -> None:
     """Run every scenario end to end on embedded defaults; print a summary, write a report."""
-    if not run_demo(out, SCENARIOS, only=only, console=console):
+    out.mkdir(parents=True, exist_ok=True)
+    native = "stderr" if verbose else str((out / "native.log").resolve())
+    os.environ.setdefault(native_log.ENV, native)  # children (the guard's explainer) inherit it
+    ok = run_demo(out, SCENARIOS, only=only, console=console)
+    if not verbose:
+        console.print(f"[dim]llama.cpp's own log lines: {native} (--verbose shows them)[/dim]")
+    if not ok:
         raise typer.Exit(1)
 
 

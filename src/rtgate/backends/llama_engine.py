@@ -29,6 +29,7 @@ from llama_cpp import Llama
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from rtgate.backends.base import Generation
+from rtgate.backends.native_log import route_native_logs
 from rtgate.backends.stops import StopFilter, looping
 from rtgate.core.errors import InvalidRequest
 
@@ -123,6 +124,7 @@ class LlamaEngine:
         stop_on_loop: bool = True,
         seed: int = 0,
     ) -> None:
+        route_native_logs()
         self.llm = Llama(
             model_path=str(path),
             n_ctx=n_ctx,
