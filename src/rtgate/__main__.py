@@ -9,6 +9,7 @@ application, and adds their typer apps to one command line. Modules keep their h
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -31,6 +32,7 @@ from rtgate.cli import keys as keys_cli
 from rtgate.cli import serve as serve_cli
 from rtgate.cli import worker as worker_cli
 from rtgate.cli.output import console
+from rtgate.core.errors import ConfigError, InvalidRequest, RtgateError
 from rtgate.demo.runner import DemoSection, run_demo
 
 __all__ = ["app", "main"]
@@ -144,7 +146,17 @@ _mount()
 
 
 def main() -> None:
-    app()
+    """Run the command line. Bad input (``InvalidRequest``, ``ConfigError``) is one line on
+    stderr and exit 2; any other rtgate error is one line and exit 1. Only a bug (an
+    exception rtgate does not define) shows a traceback."""
+    try:
+        app()
+    except (InvalidRequest, ConfigError) as e:
+        print(f"rtgate: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except RtgateError as e:
+        print(f"rtgate: {e.code}: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
