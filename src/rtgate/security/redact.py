@@ -68,8 +68,10 @@ class RedactingFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # a bad format string: keep what can be shown
             message = f"{record.msg!r} % {record.args!r}"
-        record.msg = self.redactor(message)
-        record.args = None
+            record.msg, record.args = self.redactor(message), None
+        else:
+            if self.redactor(message) != message:
+                self._redact_message(record, message)
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
@@ -77,6 +79,27 @@ class RedactingFilter(logging.Filter):
         if record.stack_info:
             record.stack_info = self.redactor(record.stack_info)
         return True
+
+    def _redact_message(self, record: logging.LogRecord, message: str) -> None:
+        """Redact a record that holds a secret, keeping its shape where a formatter needs
+        it: uvicorn's access formatter unpacks ``args`` (client, method, path, version,
+        status), so the arguments are redacted one by one rather than folded into ``msg``.
+        If a secret still shows once they are (one that spans the format text and an
+        argument), the message is folded, except for access records, which cannot be."""
+        args = record.args
+        if isinstance(args, tuple) and args:
+            record.args = tuple(self.redactor(a) if isinstance(a, str) else a for a in args)
+            if isinstance(record.msg, str):
+                record.msg = self.redactor(record.msg)
+            try:
+                again = record.getMessage()
+            except Exception:
+                again = None
+            if record.name == "uvicorn.access" or (
+                again is not None and self.redactor(again) == again
+            ):
+                return
+        record.msg, record.args = self.redactor(message), None
 
 
 _DEFAULT_LOGGERS = ("", "uvicorn", "uvicorn.error", "uvicorn.access", "httpx", "rtgate")
