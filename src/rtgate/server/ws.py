@@ -96,9 +96,14 @@ class Session:
                 if msg["type"] == "websocket.disconnect":
                     break
                 raw = msg.get("text")
-                if raw is None and msg.get("bytes") is not None:
-                    raw = msg["bytes"].decode("utf-8", "replace")
-                await self._handle(raw or "")
+                if raw is None:  # a binary frame: this protocol is JSON text
+                    await self._close(1003, "unsupported_frame", "send JSON text frames")
+                    break
+                limit = self.st.config.server.max_body_bytes
+                if len(raw) > limit:
+                    await self._close(1009, "body_too_large", f"frame over {limit} bytes")
+                    break
+                await self._handle(raw)
         except (WebSocketDisconnect, RuntimeError):
             pass  # the client went away, or the socket closed under us
         finally:
@@ -111,6 +116,7 @@ class Session:
     async def _write(self) -> None:
         while True:
             await self.ws.send_text(await self.out.get())
+            self.out.task_done()
 
     async def send(self, obj: dict[str, Any]) -> None:
         await self.out.put(dumps(obj).decode())
@@ -123,13 +129,20 @@ class Session:
             body["seq"] = seq
         await self.send(body)
 
+    async def _close(self, code: int, error: str, message: str) -> None:
+        """Say why in an error message, then close with ``code`` (the frame is unusable)."""
+        await self._error(error, message)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):  # the writer has sent it (or the peer is gone)
+                await self.out.join()
+        await self.ws.close(code)
+
     async def _handle(self, raw: str) -> None:
-        limit = self.st.config.server.max_body_bytes
-        if len(raw) > limit:
-            await self._error("body_too_large", f"message larger than {limit} bytes")
-            return
         try:
             msg = WsRequest.model_validate(json.loads(raw))
+        except RecursionError:
+            await self._error("invalid_request", "JSON nested too deeply")
+            return
         except (ValueError, ValidationError) as e:
             await self._error("invalid_request", _brief(e))
             return

@@ -40,6 +40,7 @@ from rtgate.apps.voice.frames import (
 )
 from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels
+from rtgate.server.error_responses import error_body
 
 __all__ = ["VoiceService", "create_app", "make_router", "router"]
 
@@ -140,6 +141,17 @@ def _listener(out: _SocketOut, call: list[VoiceCall]) -> Any:
     return on
 
 
+async def _reject(ws: WebSocket, pump: asyncio.Task[None], message: str) -> None:
+    """An unusable frame: stop the sender, say why, close with 1007 (inconsistent data)."""
+    pump.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await pump
+    body = {"type": "error", **error_body(400, "invalid_audio_frame", message)}
+    with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+        await ws.send_text(json.dumps(body))
+        await ws.close(1007)
+
+
 async def _socket(ws: WebSocket) -> None:
     service: VoiceService = ws.app.state.voice
     await ws.accept()
@@ -164,6 +176,9 @@ async def _socket(ws: WebSocket) -> None:
                 if msg["type"] == "websocket.disconnect":
                     break
                 data = msg.get("bytes")
+                if data and len(data) % 2:
+                    await _reject(ws, pump, "audio frames are 16-bit PCM: an even byte count")
+                    break
                 if data:
                     pcm = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
                     await call.feed(pcm, pace=False)
