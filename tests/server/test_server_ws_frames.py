@@ -46,7 +46,7 @@ def test_deeply_nested_json_is_an_error_and_the_session_goes_on() -> None:
         msg = ws.receive_json()
         assert msg["type"] == "error" and "nested" in msg["error"]["message"]
         ws.send_json({"seq": 1, "input": "hi", "budget_ms": 1000})
-        kinds = []
+        kinds: list[str] = []
         while not kinds or kinds[-1] != "answer":
             kinds.append(ws.receive_json()["type"])
         assert "answer" in kinds
