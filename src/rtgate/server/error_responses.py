@@ -97,8 +97,9 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     param = ".".join(loc) or None
     msg = str(first.get("msg", "invalid value"))
-    if first.get("type") == "json_invalid":
-        msg = "the body is not valid JSON"
+    if first.get("type") == "json_invalid":  # its loc is a byte offset, not a field
+        at = loc[-1] if loc else None
+        param, msg = None, "the body is not valid JSON" + (f" (at byte {at})" if at else "")
     elif param is None and first.get("type") in ("model_attributes_type", "dict_type"):
         msg = "the body must be a JSON object"
     text = f"{param}: {msg}" if param else msg

@@ -6,9 +6,9 @@ write their JSON directly (no second validation pass on the hot path).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 __all__ = [
     "ChatCompletionRequest",
@@ -20,6 +20,17 @@ __all__ = [
     "JobOut",
     "WsRequest",
 ]
+
+
+def _not_bool(value: object) -> object:
+    """JSON ``true`` is not 1 ms: pydantic's lax mode would take it as one."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number of milliseconds, not true/false")
+    return value
+
+
+BudgetMs = Annotated[float | None, BeforeValidator(_not_bool)]
+"""A budget in milliseconds as JSON sends it: a number (bounds on each field)."""
 
 
 class GateMessage(BaseModel):
@@ -35,7 +46,7 @@ class GateBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input: str = Field(min_length=1, description="What to answer (the last user turn).")
-    budget_ms: float | None = Field(
+    budget_ms: BudgetMs = Field(
         None, gt=0, description="Latency budget; the X-Budget-Ms header also sets it."
     )
     stream: bool = Field(False, description="Answer as server-sent events.")
@@ -122,7 +133,7 @@ class ChatCompletionRequest(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2)
     stop: str | list[str] | None = None
     n: int | None = Field(None, ge=1)
-    budget_ms: float | None = Field(None, gt=0, description="rtgate: the latency budget.")
+    budget_ms: BudgetMs = Field(None, gt=0, description="rtgate: the latency budget.")
     delegate: bool | None = Field(None, description="rtgate: allow a delegated deeper answer.")
 
 
@@ -134,7 +145,7 @@ class WsRequest(BaseModel):
     type: Literal["gate", "cancel"] = "gate"
     seq: int = Field(ge=0, description="Strictly increasing; a newer one cancels older work.")
     input: str = ""
-    budget_ms: float | None = Field(None, gt=0)
+    budget_ms: BudgetMs = Field(None, gt=0)
     stream: bool = True
     delegate: bool | None = None
     max_tokens: int | None = Field(None, ge=1)

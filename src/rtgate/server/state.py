@@ -107,7 +107,8 @@ class ServerState:
             try:
                 values.append(float(header))
             except ValueError:
-                raise InvalidBudget(f"X-Budget-Ms must be a number, got {header!r}") from None
+                shown = header.encode("latin-1", "replace").decode("utf-8", "replace")
+                raise InvalidBudget(f"X-Budget-Ms must be a number, got {shown!r}") from None
         if body is not None:
             values.append(body)
         budget = min(values) if values else s.default_budget_ms
