@@ -123,7 +123,7 @@ async def test_bad_budget_header() -> None:
     async with running() as (_, client):
         r = await client.post("/v1/gate", json={"input": "x"}, headers={"X-Budget-Ms": "soon"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_budget"
-        header = {"X-Budget-Ms": "bientôt".encode()}
+        header = {b"X-Budget-Ms": "bientôt".encode()}
         r = await client.post("/v1/gate", json={"input": "x"}, headers=header)
         assert r.status_code == 400 and "'bientôt'" in r.json()["error"]["message"]
         r = await client.post("/v1/gate", json={"input": "x", "budget_ms": 200_000})
