@@ -157,9 +157,7 @@ class StopPublisher:
         self._attempted = threading.Event()  # the first connection attempt has ended
         self._lock = threading.Lock()
         self._acked = threading.Condition(self._lock)  # notified on every stop's PUBACK
-        # each stop gets a sequence number: which are in flight, never sent, or covered by
-        # a fail-safe action that ran (the last two decide ``lost``)
-        self._seq = 0
+        self._seq = 0  # stops by number: in flight, never sent, covered by a fail-safe
         self._unacked: dict[int, tuple[int, StopMessage]] = {}  # by paho message id
         self._dropped: dict[int, StopMessage] = {}  # never handed to the client
         self._covered: set[int] = set()
@@ -172,8 +170,7 @@ class StopPublisher:
         self._due_cv = threading.Condition()
         self._watcher: threading.Thread | None = None
         self._closing = False
-        self.delivered = 0
-        self.failsafe_runs = 0
+        self.delivered = self.failsafe_runs = 0
         c = paho.Client(
             CallbackAPIVersion.VERSION2,
             client_id=client_id,
