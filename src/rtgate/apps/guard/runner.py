@@ -60,12 +60,11 @@ def status_topic(template: str, stations: list[str]) -> str | None:
 def connect(pub: StopPublisher, timeout_s: float, failsafe: bool, allow_no_failsafe: bool) -> bool:
     """Start ``pub`` and wait up to ``timeout_s`` for its first connection attempt.
 
-    Returns whether it connected. Raises :class:`InvalidRequest` (after closing ``pub``)
-    when it did not and there is no fail-safe, unless ``allow_no_failsafe``.
+    Returns whether it connected. Raises :class:`InvalidRequest` when it did not and there
+    is no fail-safe, unless ``allow_no_failsafe`` (closing ``pub`` is the caller's part).
     """
     if pub.start(wait_s=timeout_s) or failsafe or allow_no_failsafe:
         return pub.connected
-    pub.close()
     where = f"{pub.broker.host}:{pub.broker.port}"
     raise InvalidRequest(
         f"broker {where} not reachable within {timeout_s:g} s and no --failsafe-cmd: a stop "
