@@ -7,9 +7,9 @@ import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import numpy as np
 import typer
@@ -19,10 +19,15 @@ from rich.table import Table
 from rtgate.apps.guard.audio import PcmReader, paced, read_wav, write_wav
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.features import HOP, RATE, Framer
-from rtgate.apps.guard.pipeline import Guard
+from rtgate.apps.guard.pipeline import Guard, StopEvent
 from rtgate.apps.guard.rt import realtime
 from rtgate.apps.guard.rules import Rules
 from rtgate.core.errors import InvalidRequest, RtgateError
+
+if TYPE_CHECKING:  # the run's pieces are imported inside the command (rtgate --help is fast)
+    from rtgate.apps.guard.explain_child import ExplainConfig
+    from rtgate.apps.guard.mqtt import StopPublisher
+    from rtgate.apps.guard.soundcard import DeviceReader
 
 __all__ = ["app", "scan_files"]
 
@@ -141,124 +146,215 @@ def _stations(
     return chosen, files
 
 
-@app.command()
+# guard run's options
+_Sources = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="WAV files, one station each (replayed in real time), or - (stdin); none with --device"
+    ),
+]
+_Broker = Annotated[str, typer.Option(help="mqtt://HOST:PORT")]
+_Topic = Annotated[
+    str | None, typer.Option(help="stop topic, {station} allowed (default: from the rules)")
+]
+_Station = Annotated[
+    list[str] | None,
+    typer.Option(help="station name; repeat: one per file or per stdin channel"),
+]
+_Rate = Annotated[int, typer.Option(help="stdin or sound card sample rate")]
+_Channels = Annotated[int, typer.Option(help="stdin or sound card channels")]
+_Device = Annotated[
+    str | None,
+    typer.Option(help="sound card (PortAudio name or index; the soundcard extra)"),
+]
+_Seconds = Annotated[float | None, typer.Option(help="sound card: stop after this much audio")]
+_DeviceBufferS = Annotated[
+    float, typer.Option(help="sound card: audio that may wait before blocks are dropped")
+]
+_Llm = Annotated[bool, typer.Option(help="let the local language model explain")]
+_FailsafeCmd = Annotated[
+    str | None,
+    typer.Option(help="run this when a stop may not reach the broker (RTGATE_STOP in env)"),
+]
+_AllowNoFailsafe = Annotated[
+    bool,
+    typer.Option(help="run even when the broker is unreachable at start and no --failsafe-cmd"),
+]
+_ConnectTimeout = Annotated[
+    float, typer.Option(help="seconds for the first connection to the broker")
+]
+_Audit = Annotated[Path | None, typer.Option(help="audit log (JSON lines)")]
+_RtPriority = Annotated[int, typer.Option(help="SCHED_FIFO priority (0: off)")]
+_StatusTopic = Annotated[
+    str,
+    typer.Option(
+        help="retained online/offline status with a last will; {station}: the station, "
+        "or the stations joined by commas ('': none)"
+    ),
+]
+
+
+@app.command(
+    epilog="Exit codes: 0 done (end of input, SIGTERM or SIGINT); 2 bad arguments, a topic "
+    "that cannot be published to, or no broker and no fail-safe; 3 a stop reached neither "
+    "the broker (no PUBACK) nor a fail-safe."
+)
 def run(
-    sources: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="WAV files, one station each (replayed in real time), or - (stdin); "
-            "none with --device"
-        ),
-    ] = None,
-    broker: Annotated[str, typer.Option(help="mqtt://HOST:PORT")] = "mqtt://127.0.0.1:1883",
-    topic: Annotated[
-        str | None, typer.Option(help="stop topic, {station} allowed (default: from the rules)")
-    ] = None,
-    station: Annotated[
-        list[str] | None,
-        typer.Option(help="station name; repeat: one per file or per stdin channel"),
-    ] = None,
-    rate: Annotated[int, typer.Option(help="stdin or sound card sample rate")] = RATE,
-    channels: Annotated[int, typer.Option(help="stdin or sound card channels")] = 1,
-    device: Annotated[
-        str | None,
-        typer.Option(help="sound card (PortAudio name or index; the soundcard extra)"),
-    ] = None,
-    seconds: Annotated[
-        float | None, typer.Option(help="sound card: stop after this much audio")
-    ] = None,
-    device_buffer_s: Annotated[
-        float, typer.Option(help="sound card: audio that may wait before blocks are dropped")
-    ] = 2.0,
+    sources: _Sources = None,
+    broker: _Broker = "mqtt://127.0.0.1:1883",
+    topic: _Topic = None,
+    station: _Station = None,
+    rate: _Rate = RATE,
+    channels: _Channels = 1,
+    device: _Device = None,
+    seconds: _Seconds = None,
+    device_buffer_s: _DeviceBufferS = 2.0,
     rules: RulesOpt = None,
     model: ModelOpt = None,
     db: DbOpt = None,
-    llm: Annotated[bool, typer.Option(help="let the local language model explain")] = True,
-    failsafe_cmd: Annotated[
-        str | None, typer.Option(help="run this when the broker is away")
-    ] = None,
-    audit: Annotated[Path | None, typer.Option(help="audit log (JSON lines)")] = None,
-    rt_priority: Annotated[int, typer.Option(help="SCHED_FIFO priority (0: off)")] = 0,
-    status_topic: Annotated[
-        str,
-        typer.Option(
-            help="retained online/offline status with a last will; {station}: the station, "
-            "or the stations joined by commas ('': none)"
-        ),
-    ] = "rtgate/guard/{station}/status",
+    llm: _Llm = True,
+    failsafe_cmd: _FailsafeCmd = None,
+    allow_no_failsafe: _AllowNoFailsafe = False,
+    connect_timeout: _ConnectTimeout = 2.0,
+    audit: _Audit = None,
+    rt_priority: _RtPriority = 0,
+    status_topic: _StatusTopic = "rtgate/guard/{station}/status",
 ) -> None:
     """Guard stations in real time: stops go to the broker, explanations to work orders.
 
     Several stations run as one batch per 20 ms tick: several files, or one channel per
     station of stdin (``arecord -c 4 ... | rtgate guard run - --channels 4 --station A ...``)
     or of a sound card (``--device NAME --channels 4 --station A ...``).
+
+    Every stop and status topic is checked before any audio is read. With the broker
+    unreachable at start (no connection within --connect-timeout) and no --failsafe-cmd the
+    run is refused unless --allow-no-failsafe. SIGTERM and SIGINT end it cleanly (status
+    offline, explainer stopped).
     """
-    from rtgate.apps.guard.explain_child import ExplainConfig, ExplainProcess
-    from rtgate.apps.guard.explain_worker import load_machines
     from rtgate.apps.guard.mqtt import AuditLog, Broker, StopPublisher, command_failsafe
-    from rtgate.apps.guard.store import default_db_path
+    from rtgate.apps.guard.runner import Ended, Shutdown, connect, guard_until_done
 
-    reader = None
-    try:
-        if (device is None) == (not sources):
-            raise InvalidRequest("give WAV files, - (stdin), or --device (one of them)")
-        names, files = _stations(sources or [], station, channels)
-        picked = list(range(len(names))) if len(names) > 1 else [0]  # one station: channel 0
-        if device is not None:
-            from rtgate.apps.guard.soundcard import DeviceReader
-
-            dev: str | int = int(device) if device.isdigit() else device
-            reader = DeviceReader(
-                dev, rate, channels, picked, seconds=seconds, buffer_s=device_buffer_s
-            )
-        r = Rules.load(rules) if rules else Rules()
-        if topic is not None:
-            mine = {n: replace(r.for_station(n), topic=topic) for n in names}
-            r = Rules(r.default, {**r.stations, **mine})
-        pub = StopPublisher(
-            Broker.parse(broker),
-            f"rtgate-guard-{names[0]}-{uuid.uuid4().hex[:6]}",
-            failsafe=command_failsafe(failsafe_cmd) if failsafe_cmd else None,
-            audit=AuditLog(audit),
-            status_topic=status_topic.replace("{station}", ",".join(names)) or None,
-            stations=names,
-        )
-        machines = load_machines(rules) if rules else {}
-        cfg = ExplainConfig(str(db or default_db_path()), llm=llm, machines=machines)
-        worker = ExplainProcess(cfg).start(wait=False)  # the stop path does not wait for it
-        det = Detector(model, n_streams=len(names))
-        guard = Guard(names, r, pub, detector=det, on_stop=worker.offer)
-    except RtgateError as e:
-        _fail(e)
-    with realtime(rt_priority):  # the stop path and the MQTT thread; the explainer is not
-        if not pub.start(wait_s=2.0):
-            console.print(f"[yellow]broker {broker} unreachable: stops use the fail-safe[/yellow]")
+    with Shutdown() as shutdown:
         try:
-            if reader is not None:
-                src = _framed(reader)
-            elif files is not None:
-                src = _windows_of_files(files)
-            else:
-                pcm = PcmReader(sys.stdin.buffer, rate=rate, channels=channels, channel=picked)
-                src = _framed((chunk, time.time()) for chunk in pcm)
-            guard.warm_up(4)  # again: connecting may have left it idle for seconds
-            for w, end_ts, rows in src:
-                for ev in guard.process(w, end_ts, rows):
-                    print(json.dumps({"topic": ev.topic, **_msg(ev.message)}, ensure_ascii=False))
-                    sys.stdout.flush()
+            plan = _plan(sources or [], station, channels, device, topic, rules, status_topic)
+            reader = _open_device(plan, device, rate, channels, seconds, device_buffer_s)
+            pub = StopPublisher(
+                Broker.parse(broker),
+                f"rtgate-guard-{plan.names[0]}-{uuid.uuid4().hex[:6]}",
+                failsafe=command_failsafe(failsafe_cmd) if failsafe_cmd else None,
+                audit=AuditLog(audit),
+                status_topic=plan.status,
+                stations=plan.names,
+            )
+            det = Detector(model, n_streams=len(plan.names))
+            guard = Guard(plan.names, plan.rules, pub, detector=det)
         except RtgateError as e:
             _fail(e)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            pub.wait_delivered(5.0)
-            pub.close()
-            worker.stop()  # also when the input failed: the child does not outlive us
-            if reader is not None and (reader.dropped or reader.overflows):
-                console.print(
-                    f"[yellow]sound card: {reader.dropped} blocks dropped (stop path behind), "
-                    f"{reader.overflows} overflows[/yellow]"
-                )
+        except Ended:  # before anything was started
+            raise typer.Exit(0) from None
+
+        def start() -> None:
+            if not connect(pub, connect_timeout, failsafe_cmd is not None, allow_no_failsafe):
+                console.print(f"[yellow]broker {broker} unreachable: stops use the fail-safe")
+
+        with realtime(rt_priority):  # the stop path and the MQTT thread; the explainer is not
+            windows = _source(plan, reader, rate, channels)
+            cfg = _explain_config(rules, db, llm)
+            error = guard_until_done(guard, pub, start, windows, cfg, shutdown, _print_stop)
+    if reader is not None and (reader.dropped or reader.overflows):
+        console.print(
+            f"[yellow]sound card: {reader.dropped} blocks dropped (stop path behind), "
+            f"{reader.overflows} overflows[/yellow]"
+        )
+    _finish(pub, error)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What ``guard run`` will guard, checked before anything is opened or started."""
+
+    names: list[str]
+    files: list[Path] | None
+    picked: list[int]  # the channels read, one per station
+    rules: Rules
+    status: str | None
+
+
+def _plan(
+    sources: list[str],
+    names: list[str] | None,
+    channels: int,
+    device: str | None,
+    topic: str | None,
+    rules_path: Path | None,
+    status_template: str,
+) -> _Plan:
+    """Stations, rules and topics; every topic checked (:class:`InvalidRequest`)."""
+    from rtgate.apps.guard.runner import status_topic, stop_topics
+
+    if (device is None) == (not sources):
+        raise InvalidRequest("give WAV files, - (stdin), or --device (one of them)")
+    stations, files = _stations(sources, names, channels)
+    picked = list(range(len(stations))) if len(stations) > 1 else [0]  # one station: ch. 0
+    r = Rules.load(rules_path) if rules_path else Rules()
+    if topic is not None:
+        mine = {n: replace(r.for_station(n), topic=topic) for n in stations}
+        r = Rules(r.default, {**r.stations, **mine})
+    stop_topics(r, stations)
+    return _Plan(stations, files, picked, r, status_topic(status_template, stations))
+
+
+def _open_device(
+    plan: _Plan, device: str | None, rate: int, channels: int, seconds: float | None, buf: float
+) -> DeviceReader | None:
+    """The sound card, checked now (a wrong name is an error before anything starts)."""
+    if device is None:
+        return None
+    from rtgate.apps.guard.soundcard import DeviceReader
+
+    dev: str | int = int(device) if device.isdigit() else device
+    return DeviceReader(dev, rate, channels, plan.picked, seconds=seconds, buffer_s=buf)
+
+
+def _source(plan: _Plan, reader: DeviceReader | None, rate: int, channels: int) -> Windows:
+    """The windows to guard (nothing is read until the first is asked for)."""
+    if reader is not None:
+        return _framed(reader)
+    if plan.files is not None:
+        return _windows_of_files(plan.files)
+    pcm = PcmReader(sys.stdin.buffer, rate=rate, channels=channels, channel=plan.picked)
+    return _framed((chunk, time.time()) for chunk in pcm)
+
+
+def _explain_config(rules: Path | None, db: Path | None, llm: bool) -> ExplainConfig:
+    from rtgate.apps.guard.explain_child import ExplainConfig
+    from rtgate.apps.guard.explain_worker import load_machines
+    from rtgate.apps.guard.store import default_db_path
+
+    machines = load_machines(rules) if rules else {}
+    return ExplainConfig(str(db or default_db_path()), llm=llm, machines=machines)
+
+
+def _print_stop(ev: StopEvent) -> None:
+    print(json.dumps({"topic": ev.topic, **_msg(ev.message)}, ensure_ascii=False), flush=True)
+
+
+def _finish(pub: StopPublisher, error: RtgateError | None) -> None:
+    """The run's exit: 3 when a stop reached neither the broker nor a fail-safe, 2 on an
+    error, else 0."""
+    from rtgate.apps.guard.runner import EXIT_UNDELIVERED
+
+    if error is not None:
+        typer.echo(f"error: {error}", err=True)
+    if pub.lost:
+        typer.echo(
+            f"error: {pub.lost} stop(s) not delivered: no PUBACK from the broker and no "
+            "fail-safe ran (see the audit log)",
+            err=True,
+        )
+        raise typer.Exit(EXIT_UNDELIVERED)
+    if error is not None:
+        raise typer.Exit(2)
 
 
 def _msg(m: Any) -> dict[str, Any]:

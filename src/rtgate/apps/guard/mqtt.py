@@ -5,6 +5,9 @@ lets paho queue QoS 1 messages while the broker is away; they are sent when it c
 (paho reconnects in its own thread). Whenever a stop cannot be handed to a connected broker
 at once, or its PUBACK does not come within ``ack_timeout_s``, the fail-safe runs right away
 on the caller's thread: a callback (e.g. drive a relay, or run a command) and an audit line.
+``publish`` never raises: a topic a client may not publish to, an exception from paho (a
+socket error, anything) or a refusal is audited and runs the fail-safe like a broker that
+is away. ``lost`` counts the stops that neither reached the broker nor had a fail-safe run.
 
 A stop message is JSON: ``{"station", "score", "ts", "window_end_ts", "rule"}``, times in
 UNIX epoch seconds; ``window_end_ts`` is when the last sample of the deciding window arrived.
@@ -37,6 +40,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
 from rtgate.apps.guard.events import StopMessage
+from rtgate.apps.guard.topics import check_topic
 from rtgate.core.errors import InvalidRequest
 
 __all__ = [
@@ -81,16 +85,24 @@ class AuditLog:
         self.path = Path(path) if path is not None else None
         self._lock = threading.Lock()
         self.lines: list[dict[str, Any]] = []  # the last few, for tests and reports
+        self.write_errors = 0  # lines kept in memory only (the file could not be written)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, event: str, **fields: Any) -> None:
+        """Append one line. Never raises: a full disk must not take the stop path down (the
+        error is logged and counted in ``write_errors``)."""
         entry = {"event": event, "at": time.time(), **fields}
         with self._lock:
             self.lines = [*self.lines[-255:], entry]
-            if self.path is not None:
+            if self.path is None:
+                return
+            try:
                 with self.path.open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                    f.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
+            except OSError as e:
+                self.write_errors += 1
+                log.error("audit log %s not written: %s", self.path, e)
 
 
 def command_failsafe(command: str) -> FailSafe:
@@ -131,8 +143,8 @@ class StopPublisher:
         stations: Sequence[str] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if status_topic is not None and (not status_topic or set(status_topic) & {"#", "+"}):
-            raise InvalidRequest(f"status topic must be an MQTT topic name, got {status_topic!r}")
+        if status_topic is not None:
+            check_topic(status_topic, "status topic")
         self.broker = broker
         self.client_id = client_id
         self.status_topic = status_topic
@@ -142,19 +154,23 @@ class StopPublisher:
         self.clock = clock
         self._failsafe = failsafe
         self._connected = threading.Event()
+        self._attempted = threading.Event()  # the first connection attempt has ended
         self._lock = threading.Lock()
-        self._unacked: dict[int, StopMessage] = {}
+        self._acked = threading.Condition(self._lock)  # notified on every stop's PUBACK
+        self._seq = 0  # stops by number: in flight, never sent, covered by a fail-safe
+        self._unacked: dict[int, tuple[int, StopMessage]] = {}  # by paho message id
+        self._dropped: dict[int, StopMessage] = {}  # never handed to the client
+        self._covered: set[int] = set()
         self._early: set[int] = set()  # PUBACKs that beat publish() to recording the message
         self._status_mids: set[int] = set()  # status messages in flight (not stops)
         # PUBACK deadlines, oldest first (all share ack_timeout_s, so they come in order),
         # watched by one thread: no thread is started per stop on the stop path. Entries
         # leave after ack_timeout_s; the client's queue (max_queued) bounds the publishes.
-        self._due: deque[tuple[float, int, StopMessage]] = deque()
+        self._due: deque[tuple[float, int, int, StopMessage]] = deque()  # at, mid, seq, msg
         self._due_cv = threading.Condition()
         self._watcher: threading.Thread | None = None
         self._closing = False
-        self.delivered = 0
-        self.failsafe_runs = 0
+        self.delivered = self.failsafe_runs = 0
         c = paho.Client(
             CallbackAPIVersion.VERSION2,
             client_id=client_id,
@@ -165,6 +181,7 @@ class StopPublisher:
         c.max_inflight_messages_set(1000)
         c.reconnect_delay_set(min_delay=1, max_delay=2)
         c.on_connect = self._on_connect
+        c.on_connect_fail = self._on_connect_fail
         c.on_disconnect = self._on_disconnect
         c.on_publish = self._on_publish
         if status_topic is not None:
@@ -186,6 +203,12 @@ class StopPublisher:
                 self._claim_status(client.publish(self.status_topic, online, qos=1, retain=True))
             self._connected.set()
             self.audit.write("broker_connected", broker=f"{self.broker.host}:{self.broker.port}")
+        else:
+            self.audit.write("broker_refused", reason=str(rc))
+        self._attempted.set()
+
+    def _on_connect_fail(self, client: Any, userdata: Any) -> None:
+        self._attempted.set()
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
         if self._connected.is_set():
@@ -206,11 +229,16 @@ class StopPublisher:
             if mid in self._status_mids:
                 self._status_mids.discard(mid)
                 return
-            msg = self._unacked.pop(mid, None)
-            if msg is None and len(self._early) < 4096:
-                self._early.add(mid)
+            stop = self._unacked.pop(mid, None)
+            if stop is None:
+                if len(self._early) < 4096:
+                    self._early.add(mid)
+            else:
+                self._covered.discard(stop[0])  # delivered: it no longer needs covering
             self.delivered += 1
-        if msg is not None:
+            self._acked.notify_all()
+        if stop is not None:
+            msg = stop[1]
             self.audit.write("stop_delivered", mid=mid, station=msg.station, ts=msg.ts)
 
     # -- public API ------------------------------------------------------------------------
@@ -224,36 +252,68 @@ class StopPublisher:
         with self._lock:
             return len(self._unacked)
 
+    @property
+    def lost(self) -> int:
+        """Stops that have no PUBACK (yet) and no fail-safe action that ran for them: never
+        handed to the client, or queued or in flight, with no fail-safe configured or one
+        that failed. After :meth:`close` this is what a run could not deliver."""
+        with self._lock:
+            open_ = {seq for seq, _ in self._unacked.values()} | set(self._dropped)
+            return len(open_ - self._covered)
+
     def start(self, wait_s: float = 2.0) -> bool:
-        """Connect in the background; wait up to ``wait_s`` for it. True when connected."""
+        """Connect in the background and wait up to ``wait_s`` for the first attempt to end
+        (connected, refused or failed). True when connected; either way paho keeps trying
+        in the background."""
         self._client.connect_async(self.broker.host, self.broker.port, keepalive=5)
         self._client.loop_start()
         self._watcher = threading.Thread(target=self._watch_acks, name="guard-puback", daemon=True)
         self._watcher.start()
-        return self._connected.wait(wait_s)
+        self._attempted.wait(wait_s)
+        return self._connected.is_set()
 
     def publish(self, topic: str, msg: StopMessage) -> int:
-        """Send ``msg`` with QoS 1; returns its message id. Runs the fail-safe if needed."""
+        """Send ``msg`` with QoS 1; returns its message id, 0 when it could not be handed to
+        the client. Never raises: any failure runs the fail-safe and is audited."""
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
         connected = self._connected.is_set()
-        # never hold our lock across paho's: its thread holds its own while calling on_publish
-        info = self._client.publish(topic, msg.to_json(), qos=1)
-        if info.rc in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
-            with self._lock:
-                if info.mid in self._early:  # already acknowledged
-                    self._early.discard(info.mid)
-                else:
-                    self._unacked[info.mid] = msg
-        self.audit.write("stop_published", mid=info.mid, topic=topic, **asdict(msg))
-        if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:
-            self._run_failsafe(msg, "client queue full: stop dropped")
-        elif not connected or info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN:
-            self._run_failsafe(msg, "broker unreachable: stop queued for delivery")
+        try:
+            check_topic(topic, "stop topic")
+            # never hold our lock across paho's: its thread holds its own while calling on_publish
+            info = self._client.publish(topic, msg.to_json(), qos=1)
+            rc, mid = info.rc, int(info.mid)
+        except Exception as e:  # paho's ValueError, a socket error, anything: not a crash
+            self._not_sent(seq, topic, msg, f"publish failed: {type(e).__name__}: {e}")
+            return 0
+        if rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:
+            self._not_sent(seq, topic, msg, "client queue full: stop dropped")
+            return 0
+        if rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
+            self._not_sent(seq, topic, msg, f"publish refused: {paho.error_string(rc)}")
+            return 0
+        with self._lock:
+            if mid in self._early:  # already acknowledged
+                self._early.discard(mid)
+            else:
+                self._unacked[mid] = (seq, msg)
+        self.audit.write("stop_published", mid=mid, topic=topic, **asdict(msg))
+        if not connected or rc == MQTTErrorCode.MQTT_ERR_NO_CONN:
+            self._run_failsafe(seq, msg, "broker unreachable: stop queued for delivery")
         else:
             with self._due_cv:
-                self._due.append((time.monotonic() + self.ack_timeout_s, int(info.mid), msg))
+                self._due.append((time.monotonic() + self.ack_timeout_s, mid, seq, msg))
                 if len(self._due) == 1:  # the watcher was waiting for work, not a deadline
                     self._due_cv.notify()
-        return int(info.mid)
+        return mid
+
+    def _not_sent(self, seq: int, topic: str, msg: StopMessage, reason: str) -> None:
+        """A stop the client did not take: remembered, audited, and the fail-safe runs."""
+        with self._lock:
+            self._dropped[seq] = msg
+        self.audit.write("stop_not_sent", topic=topic, reason=reason, **asdict(msg))
+        self._run_failsafe(seq, msg, reason)
 
     def _watch_acks(self) -> None:
         """Run the fail-safe for each stop whose PUBACK is not in by its deadline."""
@@ -263,7 +323,7 @@ class StopPublisher:
                     self._due_cv.wait()
                 if self._closing:
                     return
-                at, mid, msg = self._due[0]
+                at, mid, seq, msg = self._due[0]
                 if (wait := at - time.monotonic()) > 0:
                     self._due_cv.wait(wait)
                     continue
@@ -271,41 +331,53 @@ class StopPublisher:
             with self._lock:
                 late = mid in self._unacked
             if late:
-                self._run_failsafe(msg, f"no PUBACK within {self.ack_timeout_s:g} s")
+                self._run_failsafe(seq, msg, f"no PUBACK within {self.ack_timeout_s:g} s")
 
-    def _run_failsafe(self, msg: StopMessage, reason: str) -> None:
-        self.failsafe_runs += 1
-        self.audit.write("failsafe", reason=reason, **asdict(msg))
-        log.warning("guard fail-safe for %s: %s", msg.station, reason)
+    def _run_failsafe(self, seq: int, msg: StopMessage, reason: str) -> None:
+        """The action first (it is the stop), then the audit line saying how it went."""
+        action = "none"
         if self._failsafe is not None:
             try:
                 self._failsafe(msg, reason)
+                action = "ran"
             except Exception:  # the fail-safe must not take the stop path down
                 log.exception("fail-safe action failed")
-                self.audit.write("failsafe_error", station=msg.station)
+                action = "failed"
+        with self._lock:
+            self.failsafe_runs += 1
+            if action == "ran":
+                self._covered.add(seq)
+        self.audit.write("failsafe", reason=reason, action=action, **asdict(msg))
+        log.warning("guard fail-safe for %s (action: %s): %s", msg.station, action, reason)
 
     def wait_delivered(self, timeout_s: float) -> bool:
         """Wait until every stop has been acknowledged (or ``timeout_s`` passed)."""
-        end = time.monotonic() + timeout_s
-        while self.pending and time.monotonic() < end:
-            time.sleep(0.01)
-        return self.pending == 0
+        with self._acked:
+            return self._acked.wait_for(lambda: not self._unacked, timeout_s)
 
-    def close(self, wait_s: float = 1.0) -> None:
+    def close(self, wait_s: float = 1.0, reason: str = "closed") -> None:
         """Disconnect and stop paho's thread and the PUBACK watcher; with a status topic,
-        first mark the guard offline (waiting up to ``wait_s`` for the broker's PUBACK)."""
+        first mark the guard offline with ``reason`` (waiting up to ``wait_s`` for the
+        broker's PUBACK). A stop still waiting for its PUBACK gets the fail-safe now."""
+        if self.status_topic is not None and self._connected.is_set():
+            bye = self._status("offline", ts=self.clock(), reason=reason)
+            try:
+                info = self._client.publish(self.status_topic, bye, qos=1, retain=True)
+                self._claim_status(info)
+                info.wait_for_publish(wait_s)
+            except (RuntimeError, ValueError, OSError):  # the connection went: the will tells
+                pass
         with self._due_cv:
             self._closing = True
             self._due_cv.notify()
-        if self.status_topic is not None and self._connected.is_set():
-            bye = self._status("offline", ts=self.clock(), reason="closed")
-            info = self._client.publish(self.status_topic, bye, qos=1, retain=True)
-            self._claim_status(info)
-            try:
-                info.wait_for_publish(wait_s)
-            except (RuntimeError, ValueError):  # the connection went meanwhile: the will tells
-                pass
-        self._client.disconnect()
-        self._client.loop_stop()
         if self._watcher is not None:
             self._watcher.join(1.0)
+        with self._due_cv:
+            due, self._due = list(self._due), deque()
+        for _, mid, seq, msg in due:
+            with self._lock:
+                late = mid in self._unacked
+            if late:
+                self._run_failsafe(seq, msg, "closing with no PUBACK")
+        self._client.disconnect()
+        self._client.loop_stop()

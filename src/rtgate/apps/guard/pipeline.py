@@ -39,7 +39,8 @@ class Guard:
 
     Args:
         stations: station names (one row each).
-        rules: the rule file's contents.
+        rules: the rule file's contents; every station's stop topic must be one a client
+            may publish to (:class:`InvalidRequest` otherwise, see ``topics.py``).
         sink: the publisher; ``None`` decides without publishing (scans).
         detector: a detector with ``n_streams == len(stations)`` (default: the shipped one).
         on_stop: called with each ``StopEvent`` after it is published; must not block.
@@ -64,6 +65,8 @@ class Guard:
         n = len(self.stations)
         self.rules = rules or Rules()
         self.engine = RuleEngine(self.rules, self.stations)
+        # every stop topic checked now (InvalidRequest), not at a stop's publish
+        self.topics = [self.rules.for_station(s).topic_for(s) for s in self.stations]
         self.detector = detector or Detector(n_streams=n)
         if self.detector.n_streams != n:
             raise InvalidRequest(f"detector has {self.detector.n_streams} streams, need {n}")
@@ -150,7 +153,7 @@ class Guard:
             now = self.clock()
             rule = d.rule.describe(d.instant)
             msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, rule)
-            ev = StopEvent(msg, d.topic, d.index, np.zeros(0, np.float32), now)
+            ev = StopEvent(msg, self.topics[d.index], d.index, np.zeros(0, np.float32), now)
             if self.before_publish is not None:  # the ablation: explain before the stop
                 self._keep(w, idx)
                 ev = replace(ev, clip=self.clip(d.index))

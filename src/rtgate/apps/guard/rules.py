@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rtgate.apps.guard.topics import expand_topic
 from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = ["Decision", "Rule", "RuleEngine", "Rules"]
@@ -76,8 +77,11 @@ class Rule:
         cd = self.cooldown_s
         if not (isinstance(cd, int | float) and math.isfinite(cd) and cd >= 0):
             raise ConfigError(f"cooldown_s must be a finite number >= 0, got {cd!r}")
-        if not isinstance(self.topic, str) or not self.topic or "#" in self.topic:
-            raise ConfigError(f"topic must be a non-empty MQTT topic name, got {self.topic!r}")
+        try:
+            # the template here; each station's own topic when the Guard is built
+            expand_topic(self.topic, "station", "stop topic")
+        except InvalidRequest as e:
+            raise ConfigError(str(e)) from None
 
     @property
     def instant_at(self) -> float:
@@ -92,7 +96,9 @@ class Rule:
         return f"{self.name}: score>={self.threshold:g} in {self.k} of {self.n} windows"
 
     def topic_for(self, station: str) -> str:
-        return self.topic.replace("{station}", station)
+        """The stop topic for ``station``; :class:`InvalidRequest` if it cannot be
+        published to (see :func:`~rtgate.apps.guard.topics.expand_topic`)."""
+        return expand_topic(self.topic, station, f"stop topic of station {station!r}")
 
 
 @dataclass(frozen=True, slots=True)
