@@ -28,6 +28,7 @@ __all__ = [
     "PcmReader",
     "S16Decoder",
     "WavInfo",
+    "WavStream",
     "paced",
     "read_dataset",
     "read_wav",
@@ -67,7 +68,14 @@ def _chunks(data: bytes, name: str) -> dict[bytes, bytes]:
 
 def _parse(data: bytes, name: str) -> tuple[WavInfo, bytes]:
     ch = _chunks(data, name)
-    fmt = ch[b"fmt "]
+    tag, channels, rate, align, bits = _format(ch[b"fmt "], name)
+    raw = ch[b"data"]
+    raw = raw[: len(raw) - len(raw) % align]
+    return WavInfo(rate, channels, bits, tag == _FLOAT, len(raw) // align), raw
+
+
+def _format(fmt: bytes, name: str) -> tuple[int, int, int, int, int]:
+    """``(tag, channels, rate, block_align, bits)`` of a fmt chunk, checked."""
     if len(fmt) < 16:
         raise InvalidRequest(f"{name}: fmt chunk too short")
     tag, channels, rate, _, align, bits = struct.unpack_from("<HHIIHH", fmt)
@@ -78,9 +86,7 @@ def _parse(data: bytes, name: str) -> tuple[WavInfo, bytes]:
         raise InvalidRequest(f"{name}: unsupported WAV encoding (format {tag}, {bits} bits)")
     if channels < 1 or rate < 1 or align != channels * bits // 8:
         raise InvalidRequest(f"{name}: inconsistent WAV header ({channels} ch, {rate} Hz)")
-    raw = ch[b"data"]
-    raw = raw[: len(raw) - len(raw) % align]
-    return WavInfo(rate, channels, bits, tag == _FLOAT, len(raw) // align), raw
+    return tag, channels, rate, align, bits
 
 
 def _decode(raw: bytes, info: WavInfo) -> F32:
@@ -121,6 +127,81 @@ def read_wav(path: str | Path, channel: int = 0) -> F32:
     if not np.isfinite(x).all():
         raise InvalidRequest(f"{p}: samples contain NaN or infinity")
     return Resampler.whole(x, info.rate) if info.rate != RATE else x
+
+
+class WavStream:
+    """One channel of a WAV file, read block by block at 16 kHz: memory stays bounded for a
+    file of any length (``read_wav`` holds the whole file).
+
+    ``info.frames`` is what the file holds; ``truncated`` is set when its header promised
+    more (a copy cut short). A file with no audio at all is an ``InvalidRequest``.
+    """
+
+    def __init__(self, path: str | Path, channel: int = 0, block_s: float = 1.0) -> None:
+        self.path = Path(path)
+        name = str(self.path)
+        try:
+            self._file: BinaryIO = self.path.open("rb")
+        except OSError as e:
+            raise InvalidRequest(f"cannot read {name}: {e.strerror or e}") from e
+        try:
+            self.info, self._offset, declared = self._header(name)
+        except BaseException:
+            self._file.close()
+            raise
+        self.truncated = declared > self.info.frames
+        if self.info.frames == 0:
+            self._file.close()
+            raise InvalidRequest(f"{name}: no audio (0 frames)")
+        if not 0 <= channel < self.info.channels:
+            self._file.close()
+            raise InvalidRequest(f"{name}: no channel {channel} (it has {self.info.channels})")
+        self.channel = channel
+        self.block_frames = max(1, int(block_s * self.info.rate))
+
+    def _header(self, name: str) -> tuple[WavInfo, int, int]:
+        """The format, where the samples start, and how many frames the header declares."""
+        f = self._file
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            raise InvalidRequest(f"{name}: not a RIFF/WAVE file")
+        size = f.seek(0, 2)
+        pos, fmt = 12, None
+        while pos + 8 <= size:
+            f.seek(pos)
+            cid, n = struct.unpack("<4sI", f.read(8))
+            if cid == b"fmt ":
+                fmt = _format(f.read(min(n, 64)), name)
+            elif cid == b"data":
+                if fmt is None:
+                    raise InvalidRequest(f"{name}: WAV data before its fmt chunk")
+                tag, channels, rate, align, bits = fmt
+                have = max(0, min(n, size - pos - 8)) // align
+                info = WavInfo(rate, channels, bits, tag == _FLOAT, have)
+                return info, pos + 8, n // align
+            pos += 8 + n + (n & 1)
+        raise InvalidRequest(f"{name}: WAV without a fmt or data chunk")
+
+    def blocks(self) -> Iterator[F32]:
+        """The channel's samples at 16 kHz, about ``block_s`` seconds at a time."""
+        info, align = self.info, self.info.channels * self.info.bits // 8
+        resample = Resampler(info.rate)
+        left = info.frames
+        try:
+            self._file.seek(self._offset)
+            while left > 0:
+                n = min(self.block_frames, left)
+                raw = self._file.read(n * align)
+                left -= n
+                x = np.ascontiguousarray(_decode(raw, info)[:, self.channel])
+                if not np.isfinite(x).all():
+                    raise InvalidRequest(f"{self.path}: samples contain NaN or infinity")
+                yield resample(x, last=left == 0)
+        finally:
+            self._file.close()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def write_wav(path: str | Path, audio: npt.ArrayLike, rate: int = RATE) -> None:

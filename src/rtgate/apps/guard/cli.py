@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rtgate.apps.guard.audio import PcmReader, paced, read_wav, write_wav
+from rtgate.apps.guard.audio import PcmReader, WavStream, paced, read_wav, write_wav
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.features import HOP, RATE, Framer
 from rtgate.apps.guard.pipeline import Guard, StopEvent
@@ -47,21 +47,28 @@ def _fail(e: RtgateError) -> NoReturn:
 def scan_files(
     files: list[Path], rules: Rules | None = None, model: Path | None = None
 ) -> list[dict[str, Any]]:
-    """Scan WAV files as fast as possible; per file its highest score and its stops."""
+    """Scan WAV files as fast as possible; per file its highest score and its stops. Each
+    file is streamed (bounded memory for any length); one with no audio is an
+    ``InvalidRequest``, one cut short is scanned as far as it goes, with a warning."""
     det = Detector(model, n_streams=1)
     out = []
     for f in files:
-        audio = read_wav(f)
+        wav = WavStream(f)
         det.reset()
         guard = Guard(["scan"], rules, detector=det)
-        n = len(audio) // HOP
-        stops, top = [], 0.0
-        for i in range(n):
-            end = (i + 1) * HOP / RATE
-            for ev in guard.process(audio[i * HOP : (i + 1) * HOP][None], end):
-                stops.append({"t_ms": round(end * 1000), "score": ev.message.score})
-            top = max(top, float(guard.last_scores[0]))
-        out.append({"file": str(f), "max_score": round(top, 4), "stops": stops})
+        framer, stops, top, i = Framer(), [], 0.0, 0
+        for block in wav.blocks():
+            for w, _ in framer.push(block, 0.0):
+                i += 1
+                end = i * HOP / RATE
+                for ev in guard.process(w[None], end):
+                    stops.append({"t_ms": round(end * 1000), "score": ev.message.score})
+                top = max(top, float(guard.last_scores[0]))
+        res: dict[str, Any] = {"file": str(f), "max_score": round(top, 4), "stops": stops}
+        if wav.truncated:
+            res["warning"] = f"truncated: the header promises more than the {i} windows read"
+            typer.echo(f"warning: {f}: {res['warning']}", err=True)
+        out.append(res)
     return out
 
 
