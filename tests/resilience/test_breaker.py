@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
 from rtgate.core.budget import Budget
 from rtgate.core.errors import Declined
 from rtgate.core.latency import Prior
-from rtgate.core.request import Request
+from rtgate.core.request import Piece, Request
 from rtgate.gate import Gate
 from rtgate.resilience import BreakerConfig, BreakerTier, CircuitBreaker, resilient, tier_probe
 from rtgate.resilience.breaker import Permit
@@ -186,3 +187,19 @@ async def test_gate_falls_back_at_once_past_an_open_circuit() -> None:
     assert res.route == "local"
     assert res.trace.attempts[0].detail == "cloud: circuit open"
     assert took_ms == pytest.approx(20, abs=1)  # only the local tier's own time
+
+
+class _Unencodable(FakeTier):
+    """A backend that cannot encode the caller's text (as httpx fails on a lone surrogate)."""
+
+    async def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
+        request.input.encode("utf-8")
+        yield "never"
+
+
+async def test_text_a_backend_cannot_encode_is_the_callers_fault_not_a_failure() -> None:
+    tier = BreakerTier(_Unencodable("cloud", 80, ["x"]), CFG)
+    for _ in range(20):
+        with pytest.raises(UnicodeEncodeError):
+            await anext(tier.stream(Request("bad \ud800 text"), Budget(10_000)))
+    assert state(tier.breaker) == "closed" and tier.breaker.failure_rate() == 0.0

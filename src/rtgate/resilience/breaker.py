@@ -13,7 +13,8 @@ re-tested in the background (never on a user's request) and only a successful pr
 trial traffic through.
 
 What counts: an error raised by the inner tier is a failure; a ``Declined`` (a miss) or
-``InvalidRequest`` (the caller's fault) is neutral; a call that produced a first piece and
+``InvalidRequest`` or a ``UnicodeError`` (the caller's fault: text a backend cannot
+encode) is neutral; a call that produced a first piece and
 was then closed by its consumer is a success. A call cancelled or timed out before its
 first piece is a failure only when it had waited ``slow_ms`` or more (a slow call); a
 short cut-off is the budget's doing, not the backend's, so it is neutral.
@@ -276,7 +277,7 @@ class BreakerTier(TierWrapper):
                 first = True
                 yield piece
             outcome = "success"
-        except (Declined, InvalidRequest):
+        except (Declined, InvalidRequest, UnicodeError):  # a miss, or the caller's text
             raise
         except (asyncio.CancelledError, GeneratorExit, TimeoutError):
             outcome = "success" if first else self._slow(clock() - started)

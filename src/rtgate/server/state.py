@@ -27,6 +27,7 @@ from rtgate.config.loader import Config
 from rtgate.core.budget import MAX_BUDGET_MS
 from rtgate.core.errors import InvalidBudget
 from rtgate.core.request import Message, Request
+from rtgate.core.text_rules import check_text
 from rtgate.gate import Gate, GateResult
 from rtgate.security.keys import KeyRecord, KeyStore
 from rtgate.server.error_responses import ApiError
@@ -145,6 +146,11 @@ class ServerState:
         """A gate request, after the size limits and ``key``'s ``max_tokens`` cap; the
         placeholder follows the language."""
         s = self.config.server
+        check_text(text, "input")
+        for i, m in enumerate(messages):
+            check_text(m.content, f"messages[{i}].content")
+        for i, word in enumerate(stop):
+            check_text(word, f"stop[{i}]")
         size = len(text) + sum(len(m.content) for m in messages)
         if size > s.max_input_chars:
             raise ApiError(
