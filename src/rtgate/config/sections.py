@@ -24,8 +24,6 @@ __all__ = [
     "TemplatesConfig",
 ]
 
-_GC = GateConfig()
-
 
 @dataclass(slots=True)
 class ServerConfig:
@@ -53,23 +51,12 @@ class ServerConfig:
 
 
 @dataclass(slots=True)
-class GateSection:
-    """The gate's policy (see :class:`rtgate.gate.GateConfig`) and its job store; where
-    delegated jobs queue is the ``[delegation]`` section (in-process by default)."""
+class GateSection(GateConfig):
+    """The gate's policy: every :class:`rtgate.gate.GateConfig` knob, with its default and
+    bounds declared there, plus the server's own keys below. Where delegated jobs queue is
+    the ``[delegation]`` section (in-process by default)."""
 
-    # the gate's own knobs, with its defaults (every GateConfig field has one here)
-    safety_ms: float = setting(_GC.safety_ms, ge=0)
-    delegate: bool = _GC.delegate
-    followup_budget_ms: float = setting(_GC.followup_budget_ms, gt=0, le=3_600_000)
-    stream_idle_ms: float = setting(_GC.stream_idle_ms, gt=0)
-    stream_max_ms: float = setting(_GC.stream_max_ms, gt=0)
-    hedge: bool = _GC.hedge
-    max_hedge_rate: float = setting(_GC.max_hedge_rate, ge=0, le=1)
-    probe_interval_ms: float = setting(_GC.probe_interval_ms, ge=0)
-    inline_ms: float = setting(_GC.inline_ms, ge=0)
-    last_resort_factor: float = setting(_GC.last_resort_factor, ge=0)
-    # the server's
-    placeholder: str = "One moment, a fuller answer is on its way."
+    placeholder: str = "One moment, a fuller answer is on its way."  # the server's default
     placeholder_zh: str = "正在为你生成回答…"
     max_jobs: int = setting(10_000, ge=1)
     warmup: bool = True
