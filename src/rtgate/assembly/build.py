@@ -7,8 +7,8 @@ template table. Optional: an answer cache above the cloud tier (filled with the 
 tier's answers; in process, or in Redis shared by the replicas) and an intent classifier
 above the templates. The builders of each tier are in :mod:`rtgate.assembly.kinds`.
 
-Unless ``[resilience] enabled = false``, the model tiers are then wrapped
-(:func:`resilience_policies`, :func:`~rtgate.resilience.wire.apply_policies`): the local
+Unless ``[resilience] enabled = false``, the model tiers are wrapped before the gate is
+built (:func:`resilience_policies`, :func:`~rtgate.resilience.wire.with_policy`): the local
 tier behind a concurrency cap (shed past it), the cloud tier behind its own cap, a circuit
 breaker (with a background health probe when it is remote) and a budget-aware retry.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,8 +33,8 @@ from rtgate.core.request import Request
 from rtgate.delegate.factory import make_queue
 from rtgate.gate import Gate
 from rtgate.gate.jobs import JobStore
-from rtgate.resilience.breaker import BreakerConfig
-from rtgate.resilience.wire import TierPolicy, apply_policies
+from rtgate.resilience.admission import ConcurrencyLimiter
+from rtgate.resilience.wire import TierPolicy, with_policy
 from rtgate.tiers.base import Tier
 from rtgate.tiers.emulated import EmulatedLatency
 from rtgate.tiers.remember import RememberAnswers
@@ -149,23 +149,29 @@ def assemble(config: Config) -> Assembly:
         raise ConfigError(
             "no tier is enabled: enable at least one of templates, classifier, cache, local, cloud"
         )
-    g = config.gate
-    store = JobStore(g.max_jobs)
+    built = [t for t, _ in tiers]
+    if config.resilience.enabled:
+        policies = resilience_policies(config, {t.name for t in built}, mode)
+        limiters: dict[str, ConcurrencyLimiter] = {}
+        built = [
+            with_policy(t, policies[t.name], limiters) if t.name in policies else t for t in built
+        ]
+    store = JobStore(config.gate.max_jobs)
     gate = Gate(
-        [t for t, _ in tiers],
+        built,
         config=config.gate_config(),
         queue=make_queue(config.delegation, store),
         store=store,
         priors=priors,
     )
-    if config.resilience.enabled:
-        apply_policies(gate, resilience_policies(config, gate, mode))
     infos = sorted((i for _, i in tiers), key=lambda i: -i.quality)
     return Assembly(gate, mode, infos, notes, closers=closers)
 
 
-def resilience_policies(config: Config, gate: Gate, cloud_mode: CloudMode) -> dict[str, TierPolicy]:
-    """The ``[resilience]`` section as policies for the gate's ``local`` and ``cloud`` tiers.
+def resilience_policies(
+    config: Config, names: Collection[str], cloud_mode: CloudMode
+) -> dict[str, TierPolicy]:
+    """The ``[resilience]`` section as policies for the ``local`` and ``cloud`` tiers.
 
     The local tier has one slot per llama.cpp worker thread (``local_capacity``, default 1).
     The emulated cloud tier runs on the same model but is not in the local tier's group:
@@ -174,26 +180,10 @@ def resilience_policies(config: Config, gate: Gate, cloud_mode: CloudMode) -> di
     """
     r = config.resilience
     out: dict[str, TierPolicy] = {}
-    if "local" in gate.by_name:
+    if "local" in names:
         out["local"] = TierPolicy(capacity=r.local_capacity, group="llama")
-    if "cloud" in gate.by_name:
-        breaker = None
-        if r.cloud_breaker:
-            breaker = BreakerConfig(
-                min_calls=r.breaker_min_calls,
-                max_samples=max(100, r.breaker_min_calls),
-                failure_rate=r.breaker_failure_rate,
-                open_s=r.breaker_open_s,
-                max_open_s=r.breaker_max_open_s,
-                slow_ms=r.breaker_slow_ms,
-            )
-        out["cloud"] = TierPolicy(
-            capacity=r.cloud_capacity,
-            breaker=breaker,
-            probe=breaker is not None and r.cloud_probe and cloud_mode == "remote",
-            retries=r.cloud_retries,
-            retry_backoff_ms=r.retry_backoff_ms,
-        )
+    if "cloud" in names:
+        out["cloud"] = r.cloud_policy(probe=cloud_mode == "remote")
     return out
 
 

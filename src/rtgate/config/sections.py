@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from rtgate.config.values import Secret, setting
 from rtgate.gate import GateConfig
+from rtgate.resilience.settings import ResilienceConfig
 
 __all__ = [
     "OPEN_PATHS",
@@ -137,34 +138,6 @@ class CloudConfig:
     @property
     def remote(self) -> bool:
         return self.enabled and self.base_url is not None
-
-
-@dataclass(slots=True)
-class ResilienceConfig:
-    """Admission control, a circuit breaker and retries around the model tiers
-    (:mod:`rtgate.resilience`), applied by :func:`~rtgate.assembly.build.assemble`.
-
-    ``local_capacity``: streams on the embedded model at once (default 1: its one llama.cpp
-    worker thread runs one inference at a time, so a second stream would only queue and
-    miss its budget); past it the local tier declines at once and the gate falls back.
-    ``cloud_capacity``: the same for the cloud tier. The breaker opens when
-    ``breaker_failure_rate`` of at least ``breaker_min_calls`` recent cloud calls failed;
-    ``cloud_probe`` health-checks a remote cloud in the background while it is open.
-    ``cloud_retries``: tries per cloud call (1: none), only while the budget allows.
-    """
-
-    enabled: bool = True
-    local_capacity: int = setting(1, ge=1)
-    cloud_capacity: int = setting(32, ge=1)
-    cloud_breaker: bool = True
-    cloud_probe: bool = True
-    breaker_min_calls: int = setting(10, ge=1)
-    breaker_failure_rate: float = setting(0.5, gt=0, le=1)
-    breaker_open_s: float = setting(2.0, gt=0)
-    breaker_max_open_s: float = setting(30.0, gt=0)
-    breaker_slow_ms: float | None = setting(None, gt=0)
-    cloud_retries: int = setting(2, ge=1, le=5)
-    retry_backoff_ms: float = setting(0.0, ge=0)
 
 
 OPEN_PATHS = ("/healthz", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json")
