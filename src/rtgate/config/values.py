@@ -19,32 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from rtgate.core.errors import ConfigError
-from rtgate.core.settings import setting
+from rtgate.core.settings import Secret, setting
 
 __all__ = ["Secret", "convert", "hint", "setting"]
-
-
-class Secret:
-    """A value that must not be printed; ``reveal()`` returns it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('**********')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 def hint(word: str, options: Mapping[str, Any] | list[str]) -> str:

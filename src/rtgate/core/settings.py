@@ -1,4 +1,6 @@
-"""Settings with bounds: a dataclass field that carries its default and the limits a
+"""Settings with bounds, and secrets that do not print.
+
+A setting is a dataclass field that carries its default and the limits a
 configuration loader checks it against (``ge``, ``gt``, ``le``, ``choices``).
 
 It lives on the floor everything stands on so that any package can declare its settings
@@ -11,7 +13,30 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
-__all__ = ["setting"]
+__all__ = ["Secret", "setting"]
+
+
+class Secret:
+    """A value that must not be printed; ``reveal()`` returns it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('**********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
 
 
 def setting(
