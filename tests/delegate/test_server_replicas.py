@@ -205,7 +205,9 @@ async def test_redis_down_costs_a_warning_not_the_start_up() -> None:
 
 
 async def test_the_answer_cache_is_shared_through_redis(prefix: str) -> None:
-    from rtgate.assembly.kinds import cache
+    from rtgate.kinds import BuildContext
+    from rtgate.kinds.cache import KIND
+    from rtgate.tiers.cache import CacheTier
     from rtgate.tiers.cache_redis import RedisCacheStore
 
     env = {
@@ -214,17 +216,19 @@ async def test_the_answer_cache_is_shared_through_redis(prefix: str) -> None:
         "RTGATE_CACHE_PREFIX": prefix,
     }
     cfg = load_config(env=env)
-    tier_a, info, stores_a = cache(cfg)  # two replicas' cache tiers
-    tier_b, _, stores_b = cache(cfg)
+    a, b = (BuildContext("cache", cfg.delegation) for _ in range(2))
+    built_a, built_b = KIND.build(cfg.cache, a), KIND.build(cfg.cache, b)  # two replicas
+    tier_a, tier_b = built_a.tier, built_b.tier
+    assert isinstance(tier_a, CacheTier) and isinstance(tier_b, CacheTier)
     try:
-        assert [type(s) for s in stores_a] == [RedisCacheStore]
-        assert "shared in Redis" in info.label
+        assert [type(c.__self__) for c in a.closers] == [RedisCacheStore]  # type: ignore[attr-defined]
+        assert "shared in Redis" in built_a.info.label
         await tier_a.put("What is my limit?", "Your limit is 5000.", {"source": "cloud"})
         hit = await tier_b.lookup("what is my LIMIT")
         assert hit is not None and hit.text == "Your limit is 5000."
     finally:
-        for s in [*stores_a, *stores_b]:
-            await s.aclose()
+        for close in [*a.closers, *b.closers]:
+            await close()
         cleaner = aioredis.Redis.from_url(REDIS_URL)
         keys = [k async for k in cleaner.scan_iter(f"{prefix}:*")]
         if keys:

@@ -15,13 +15,17 @@ from hypothesis import strategies as st
 
 from rtgate.config.loader import Config, load_config
 from rtgate.core.errors import ConfigError
+from rtgate.kinds.registry import BUILTIN, Registry
+from rtgate.resilience.settings import TierOverrides
 
 SECTIONS = {
     f.name: typing.get_type_hints(Config)[f.name]
     for f in dataclasses.fields(Config)
-    if f.name != "source"
+    if f.name not in ("source", "tiers")  # [tiers.NAME] tables: see tier_tables()
 }
 KEYS = {name: [f.name for f in dataclasses.fields(cls)] for name, cls in SECTIONS.items()}
+KINDS = {name: Registry.discover().get(name).section for name in BUILTIN}
+OVERRIDES = [f.name for f in dataclasses.fields(TierOverrides)]
 
 _scalar = st.one_of(
     st.booleans(),
@@ -59,7 +63,27 @@ def toml_files(draw: st.DrawFn) -> str:
         out.append(f"[{section}]")
         for key in draw(st.lists(st.sampled_from(keys), unique=True, max_size=5)):
             out.append(f"{key} = {_toml_value(draw(_scalar))}")
+    out += draw(tier_tables())
     return "\n".join(out) + "\n"
+
+
+@st.composite
+def tier_tables(draw: st.DrawFn) -> list[str]:
+    """``[tiers.NAME]`` tables of any kind (or none, or a bogus one) and any keys."""
+    out = []
+    for name in draw(
+        st.lists(st.sampled_from(["a", "cloud", "silent", "x-y"]), unique=True, max_size=2)
+    ):
+        kind = draw(st.sampled_from([*KINDS, "bogus", None]))
+        out.append(f"[tiers.{name}]")
+        if kind is not None:
+            out.append(f'kind = "{kind}"')
+        fields = [f.name for f in dataclasses.fields(KINDS[kind])] if kind in KINDS else []
+        for key in draw(
+            st.lists(st.sampled_from([*fields, *OVERRIDES, "nope"]), unique=True, max_size=4)
+        ):
+            out.append(f"{key} = {_toml_value(draw(_scalar))}")
+    return out
 
 
 def _load_text(text: str, env: dict[str, str]) -> Config | ConfigError:

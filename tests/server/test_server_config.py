@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,20 @@ def test_gate_section_covers_every_gate_knob() -> None:
     assert gc.placeholder == cfg.gate.placeholder
     defaults = GateConfig()
     assert Config().gate_config().safety_ms == defaults.safety_ms
+
+
+def test_gate_section_is_gate_config_plus_the_servers_keys() -> None:
+    from rtgate.config.sections import GateSection
+    from rtgate.gate import GateConfig
+
+    assert issubclass(GateSection, GateConfig)
+    section = {f.name: f for f in dataclasses.fields(GateSection)}
+    for f in dataclasses.fields(GateConfig):
+        if f.name != "placeholder":  # the server's own default text
+            assert section[f.name].default == f.default, f.name
+        assert section[f.name].metadata == f.metadata, f.name  # bounds declared once
+    assert {"max_jobs", "warmup", "placeholder_zh"} <= set(section)
+    with pytest.raises(
+        ConfigError, match=r"RTGATE_GATE_MAX_HEDGE_RATE: max_hedge_rate must be <= 1"
+    ):
+        load_config(env={"RTGATE_GATE_MAX_HEDGE_RATE": "2"})

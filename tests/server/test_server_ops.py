@@ -51,16 +51,14 @@ async def test_healthz_after_warm_up_reports_each_tier() -> None:
 
 async def test_healthz_reports_resilience_auth_and_delegation() -> None:
     from rtgate.resilience import BreakerConfig
-    from rtgate.resilience.wire import TierPolicy, apply_policies
+    from rtgate.resilience.wire import TierPolicy, with_policy
+    from tests.server.server_helpers import chain
 
-    gate = fake_gate()
-    apply_policies(
-        gate,
-        {
-            "local": TierPolicy(capacity=1, group="llama"),
-            "cloud": TierPolicy(capacity=4, breaker=BreakerConfig(), retries=2),
-        },
-    )
+    policies = {
+        "local": TierPolicy(capacity=1, group="llama"),
+        "cloud": TierPolicy(capacity=4, breaker=BreakerConfig(), retries=2),
+    }
+    gate = fake_gate([with_policy(t, policies.get(t.name, TierPolicy())) for t in chain()])
     async with running(gate) as (_, client):
         await client.post("/v1/gate", json={"input": "hi", "budget_ms": 150, "delegate": False})
         body = (await client.get("/healthz")).json()

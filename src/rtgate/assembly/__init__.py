@@ -1,4 +1,4 @@
-"""From configuration to a running gate: one builder per tier kind
-(:mod:`rtgate.assembly.kinds`), and :func:`~rtgate.assembly.build.assemble`, which builds
-every configured tier, wraps it in its resilience policy and hands the list to the gate.
+"""From configuration to a running gate: :func:`~rtgate.assembly.build.assemble` builds
+every declared tier with its kind (found in the registry, :mod:`rtgate.kinds`), wraps each
+in its resilience policy and hands the list to the gate.
 """

@@ -1,16 +1,16 @@
 """Build a :class:`~rtgate.gate.Gate` from a :class:`~rtgate.config.loader.Config`.
 
-The default chain, best first by quality: the cloud tier (a remote OpenAI-compatible model,
-or, with none configured, the local model wrapped in the ``cloud-70b`` latency profile:
-an *emulation*, labelled as such), the local model (llama.cpp, in process), then the
-template table. Optional: an answer cache above the cloud tier (filled with the cloud
-tier's answers; in process, or in Redis shared by the replicas) and an intent classifier
-above the templates. The builders of each tier are in :mod:`rtgate.assembly.kinds`.
+Every tier the configuration declares (:meth:`Config.declared_tiers`: the shorthand
+sections and the ``[tiers.NAME]`` tables) is built by its kind, found in the registry of
+tier kinds (:mod:`rtgate.kinds`); nothing here names a kind or a tier. The default chain,
+best first: the ``cloud`` tier (a remote OpenAI-compatible model, or, with none
+configured, the local model wrapped in the ``cloud-70b`` latency profile: an *emulation*,
+labelled as such), the ``local`` model (llama.cpp, in process), then the ``template`` table.
 
-Unless ``[resilience] enabled = false``, the model tiers are then wrapped
-(:func:`resilience_policies`, :func:`~rtgate.resilience.wire.apply_policies`): the local
-tier behind a concurrency cap (shed past it), the cloud tier behind its own cap, a circuit
-breaker (with a background health probe when it is remote) and a budget-aware retry.
+Once every tier is built, the tiers that asked to wrap the others do (a cache remembering
+their answers); then, unless ``[resilience] enabled = false``, each tier is wrapped in the
+policy its kind gives it, adjusted by its overrides (a concurrency cap, a circuit breaker
+with a background health probe, a budget-aware retry), and only then is the gate built.
 
 :func:`warm_up` loads and probes every tier once at start-up and reports how each went.
 """
@@ -23,31 +23,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rtgate.assembly import kinds as build
-from rtgate.assembly.kinds import TierInfo, llama_threads
-from rtgate.backends.base import Backend
 from rtgate.config.loader import Config
+from rtgate.config.tiers import TierDecl
 from rtgate.core.errors import ConfigError
-from rtgate.core.latency import Prior
 from rtgate.core.request import Request
 from rtgate.delegate.factory import make_queue
 from rtgate.gate import Gate
 from rtgate.gate.jobs import JobStore
-from rtgate.resilience.breaker import BreakerConfig
-from rtgate.resilience.wire import TierPolicy, apply_policies
+from rtgate.kinds import BuildContext, Built, Registry, TierInfo, TierKind
+from rtgate.resilience.admission import ConcurrencyLimiter
+from rtgate.resilience.settings import ResilienceConfig
+from rtgate.resilience.wire import with_policy
+from rtgate.resilience.wrap import TierWrapper
 from rtgate.tiers.base import Tier
 from rtgate.tiers.emulated import EmulatedLatency
 from rtgate.tiers.remember import RememberAnswers
 
-__all__ = [
-    "Assembly",
-    "TierInfo",
-    "assemble",
-    "build_gate",
-    "llama_threads",
-    "resilience_policies",
-    "warm_up",
-]
+__all__ = ["Assembly", "TierInfo", "assemble", "build_gate", "warm_up"]
 
 log = logging.getLogger("rtgate.assembly.build")
 
@@ -78,17 +70,8 @@ class Assembly:
     @classmethod
     def of(cls, gate: Gate) -> Assembly:
         """Describe a gate built elsewhere (tests, embedding applications)."""
-        infos = []
-        for t in gate.tiers:
-            kind, label = "custom", type(t).__name__
-            if isinstance(t, EmulatedLatency):
-                kind, label = "emulated", f"{type(t.inner).__name__} as {t.profile.name}"
-            infos.append(TierInfo(t.name, kind, t.quality, t.delegable, label))
-        mode: CloudMode = "off"
-        cloud = gate.by_name.get("cloud")
-        if cloud is not None:
-            mode = "emulated" if isinstance(cloud, EmulatedLatency) else "remote"
-        return cls(gate, mode, infos)
+        infos = [_describe(t) for t in gate.tiers]
+        return cls(gate, cloud_mode(infos), infos)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -100,100 +83,85 @@ class Assembly:
         }
 
 
+def cloud_mode(infos: list[TierInfo]) -> CloudMode:
+    """``remote`` with a remote model tier, else ``emulated`` with an emulated one."""
+    kinds = {i.kind for i in infos}
+    return "remote" if "remote" in kinds else "emulated" if "emulated" in kinds else "off"
+
+
+def _describe(tier: Tier) -> TierInfo:
+    from rtgate.backends.openai_compat import OpenAICompatBackend
+    from rtgate.tiers.llm import LLMTier
+
+    t = tier
+    while isinstance(t, TierWrapper | RememberAnswers):
+        t = t.inner
+    kind, label = "custom", type(t).__name__
+    if isinstance(t, EmulatedLatency):
+        kind, label = "emulated", f"{type(t.inner).__name__} as {t.profile.name}"
+    elif isinstance(t, LLMTier):
+        kind = "remote" if isinstance(t.backend, OpenAICompatBackend) else "local"
+    return TierInfo(tier.name, kind, tier.quality, tier.delegable, label)
+
+
 def build_gate(config: Config) -> Gate:
     """The gate for ``config`` (not started, not warm)."""
     return assemble(config).gate
 
 
 def assemble(config: Config) -> Assembly:
-    """Build every configured tier and the gate over them."""
-    tiers: list[tuple[Tier, TierInfo]] = []
-    priors: dict[str, Prior] = {}
-    notes: list[str] = []
-    if config.templates.enabled:
-        tiers.append(build.templates(config))
-    if config.classifier.enabled:
-        tiers.append(build.classifier(config))
-    cache = None
-    closers: list[Callable[[], Awaitable[None]]] = []
-    if config.cache.enabled:
-        cache, info, stores = build.cache(config)
-        tiers.append((cache, info))
-        closers += [s.aclose for s in stores]
-    backend: Backend | None = None
-    if config.local.enabled or (config.cloud.enabled and not config.cloud.remote):
-        backend = build.llama(config)
-    if config.local.enabled:
-        assert backend is not None
-        tiers.append(build.local(config, backend))
-    mode: CloudMode = "off"
-    if config.cloud.enabled:
-        if config.cloud.remote:
-            tier, info = build.remote(config)
-            mode = "remote"
-            if config.cloud.ttft_p99_ms is not None:
-                p = config.cloud.ttft_p99_ms
-                priors[tier.name] = Prior(p, p + 20.0 * config.cloud.max_tokens)
-        else:
-            assert backend is not None
-            tier, info = build.emulated(config, backend)
-            mode = "emulated"
-            notes.append(
-                f"cloud tier is EMULATED: {info.label}. Configure [cloud] base_url and model "
-                "(or RTGATE_CLOUD_BASE_URL / RTGATE_CLOUD_MODEL) for a real remote model."
-            )
-        if cache is not None:
-            tier = RememberAnswers(tier, cache)
-        tiers.append((tier, info))
-    if not tiers:
+    """Build every declared tier, wrap it in its policy, and the gate over them."""
+    decls = config.declared_tiers()
+    if not decls:
         raise ConfigError(
-            "no tier is enabled: enable at least one of templates, classifier, cache, local, cloud"
+            "no tier is enabled: enable at least one of templates, classifier, cache, local, "
+            "cloud, or declare one as [tiers.NAME]"
         )
-    g = config.gate
-    store = JobStore(g.max_jobs)
+    registry = Registry.discover()
+    kinds = {d.name: registry.get(d.kind) for d in decls}
+    context = BuildContext(delegation=config.delegation)
+    built = {d.name: _build(kinds[d.name], d, context) for d in decls}
+    tiers = {name: b.tier for name, b in built.items()}
+    for owner, wrap in context.wrappers:
+        tiers = {n: t if n == owner else wrap(t) for n, t in tiers.items()}
+    if config.resilience.enabled:
+        tiers = _with_policies(tiers, decls, kinds, config.resilience)
+    store = JobStore(config.gate.max_jobs)
     gate = Gate(
-        [t for t, _ in tiers],
+        tiers.values(),
         config=config.gate_config(),
         queue=make_queue(config.delegation, store),
         store=store,
-        priors=priors,
+        priors={n: b.prior for n, b in built.items() if b.prior is not None},
     )
-    if config.resilience.enabled:
-        apply_policies(gate, resilience_policies(config, gate, mode))
-    infos = sorted((i for _, i in tiers), key=lambda i: -i.quality)
-    return Assembly(gate, mode, infos, notes, closers=closers)
+    infos = sorted((b.info for b in built.values()), key=lambda i: -i.quality)
+    return Assembly(gate, cloud_mode(infos), infos, context.notes, closers=context.closers)
 
 
-def resilience_policies(config: Config, gate: Gate, cloud_mode: CloudMode) -> dict[str, TierPolicy]:
-    """The ``[resilience]`` section as policies for the gate's ``local`` and ``cloud`` tiers.
-
-    The local tier has one slot per llama.cpp worker thread (``local_capacity``, default 1).
-    The emulated cloud tier runs on the same model but is not in the local tier's group:
-    it mostly runs delegated jobs, which should wait their turn in the model's queue rather
-    than be shed by an inline request holding the slot. Only a remote cloud is probed.
-    """
-    r = config.resilience
-    out: dict[str, TierPolicy] = {}
-    if "local" in gate.by_name:
-        out["local"] = TierPolicy(capacity=r.local_capacity, group="llama")
-    if "cloud" in gate.by_name:
-        breaker = None
-        if r.cloud_breaker:
-            breaker = BreakerConfig(
-                min_calls=r.breaker_min_calls,
-                max_samples=max(100, r.breaker_min_calls),
-                failure_rate=r.breaker_failure_rate,
-                open_s=r.breaker_open_s,
-                max_open_s=r.breaker_max_open_s,
-                slow_ms=r.breaker_slow_ms,
-            )
-        out["cloud"] = TierPolicy(
-            capacity=r.cloud_capacity,
-            breaker=breaker,
-            probe=breaker is not None and r.cloud_probe and cloud_mode == "remote",
-            retries=r.cloud_retries,
-            retry_backoff_ms=r.retry_backoff_ms,
+def _build(kind: TierKind[Any], decl: TierDecl, context: BuildContext) -> Built:
+    out = kind.build(decl.section, context.for_tier(decl.name))
+    if out.tier.name != decl.name:
+        raise ConfigError(
+            f"{decl.where}: the {kind.name!r} kind built a tier named {out.tier.name!r}, not "
+            f"{decl.name!r} (a kind names its tier context.name)"
         )
+    return out
+
+
+def _with_policies(
+    tiers: dict[str, Tier],
+    decls: list[TierDecl],
+    kinds: dict[str, TierKind[Any]],
+    r: ResilienceConfig,
+) -> dict[str, Tier]:
+    """Each tier in the policy its kind gives it, with its overrides; tiers whose policies
+    share a group (one loaded model) share one limiter."""
+    limiters: dict[str, ConcurrencyLimiter] = {}
+    out = dict(tiers)
+    for d in decls:
+        policy = d.overrides.apply(kinds[d.name].policy(d.section, r), r)
+        if policy is not None:
+            out[d.name] = with_policy(tiers[d.name], policy, limiters)
     return out
 
 

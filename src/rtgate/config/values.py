@@ -1,7 +1,8 @@
 """Typed configuration values: settings with bounds, conversion from TOML and environment
 strings, and secrets that do not print.
 
-A setting is a dataclass field made with :func:`setting` (its default and bounds);
+A setting is a dataclass field made with :func:`~rtgate.core.settings.setting` (its default
+and bounds, declared where the setting is used);
 :func:`convert` turns a raw value into the field's annotated type (``bool``, ``int``,
 ``float``, ``str``, ``list[str]``, a ``Literal``, optionally ``| None``) and checks the
 bounds, raising :class:`~rtgate.core.errors.ConfigError` that names where the value came from.
@@ -15,47 +16,12 @@ import math
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import field
 from typing import Any
 
 from rtgate.core.errors import ConfigError
+from rtgate.core.settings import Secret, setting
 
 __all__ = ["Secret", "convert", "hint", "setting"]
-
-
-class Secret:
-    """A value that must not be printed; ``reveal()`` returns it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('**********')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-
-def setting(
-    default: Any,
-    *,
-    ge: float | None = None,
-    gt: float | None = None,
-    le: float | None = None,
-    choices: tuple[str, ...] | None = None,
-) -> Any:
-    """A setting with a default and the bounds it is checked against."""
-    return field(default=default, metadata={"ge": ge, "gt": gt, "le": le, "choices": choices})
 
 
 def hint(word: str, options: Mapping[str, Any] | list[str]) -> str:

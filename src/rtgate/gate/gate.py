@@ -29,6 +29,7 @@ from rtgate.core.errors import Declined, QueueFull
 from rtgate.core.latency import LatencyModel, Prior
 from rtgate.core.metrics import GateMetrics
 from rtgate.core.request import Piece, Request
+from rtgate.core.settings import setting
 from rtgate.core.trace import Attempt, Trace
 from rtgate.gate.inprocess_queue import InProcessQueue
 from rtgate.gate.job_runner import run_tier_job
@@ -71,19 +72,22 @@ class GateConfig:
         child task that a cut-off abandons without waiting for it to unwind.
     last_resort_factor: before answering silently, try the cheapest skipped tier whose
         p99 is within this factor of what is left (0: never).
+
+    The bounds are declared here, once; the server's ``[gate]`` section is this class plus
+    the server's own keys (:class:`rtgate.config.sections.GateSection`).
     """
 
-    safety_ms: float = 2.0
+    safety_ms: float = setting(2.0, ge=0)
     delegate: bool = True
-    followup_budget_ms: float = 30_000.0
-    stream_idle_ms: float = 5_000.0
-    stream_max_ms: float = 60_000.0
+    followup_budget_ms: float = setting(30_000.0, gt=0, le=3_600_000)
+    stream_idle_ms: float = setting(5_000.0, gt=0)
+    stream_max_ms: float = setting(60_000.0, gt=0)
     hedge: bool = False
-    max_hedge_rate: float = 0.1
+    max_hedge_rate: float = setting(0.1, ge=0, le=1)
     placeholder: str = ""
-    probe_interval_ms: float = 5_000.0
-    inline_ms: float = 1.0
-    last_resort_factor: float = 4.0
+    probe_interval_ms: float = setting(5_000.0, ge=0)
+    inline_ms: float = setting(1.0, ge=0)
+    last_resort_factor: float = setting(4.0, ge=0)
 
 
 @dataclass(slots=True)

@@ -1,25 +1,24 @@
-"""Put resilience wrappers around the tiers of a built gate, by tier name.
+"""Put a tier in its resilience wrappers before the gate is built: a function from a tier
+to the wrapped tier.
 
-For code that assembles a gate from a configuration::
+For code that assembles a gate::
 
-    gate = build_gate(config)
-    apply_policies(gate, {
-        "local": TierPolicy(capacity=1, group="llama"),
-        "cloud": TierPolicy(capacity=32, breaker=BreakerConfig(), probe=True, retries=2),
-    })
+    limiters: dict[str, ConcurrencyLimiter] = {}
+    local = with_policy(local, TierPolicy(capacity=1, group="llama"), limiters)
+    cloud = with_policy(cloud, TierPolicy(capacity=32, breaker=BreakerConfig(), probe=True,
+                                          retries=2), limiters)
+    gate = Gate([cloud, local, templates])
 
-Call it before the gate starts. Tiers in one ``group`` share one concurrency limiter (tiers
-on one backend: one model, one inference queue). The gate keeps its learned latencies:
-a wrapper has its tier's name.
+Tiers whose policies name one ``group`` share one concurrency limiter, kept in
+``limiters`` (tiers on one backend: one model, one inference queue). A wrapper has its
+tier's name, rank and latency prior, so the gate sees one tier.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rtgate.core.errors import ConfigError
 from rtgate.gate import Gate
 from rtgate.resilience import resilient
 from rtgate.resilience.admission import ConcurrencyLimiter
@@ -27,7 +26,7 @@ from rtgate.resilience.breaker import BreakerConfig
 from rtgate.resilience.wrap import TierWrapper
 from rtgate.tiers.base import Tier
 
-__all__ = ["TierPolicy", "apply_policies", "resilience_snapshot"]
+__all__ = ["TierPolicy", "resilience_snapshot", "with_policy"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,31 +41,27 @@ class TierPolicy:
     retry_backoff_ms: float = 0.0
 
 
-def apply_policies(gate: Gate, policies: Mapping[str, TierPolicy]) -> dict[str, Tier]:
-    """Wrap the named tiers of ``gate`` in place; returns the new tiers by name."""
-    unknown = sorted(set(policies) - set(gate.by_name))
-    if unknown:
-        raise ConfigError(
-            f"resilience policy for unknown tier(s) {unknown}; tiers: {sorted(gate.by_name)}"
+def with_policy(
+    tier: Tier, policy: TierPolicy, limiters: dict[str, ConcurrencyLimiter] | None = None
+) -> Tier:
+    """``tier`` in the wrappers ``policy`` asks for (none: ``tier`` itself).
+
+    ``limiters`` holds the limiter of each ``group``; the first policy of a group sets its
+    capacity, and every later tier of the group shares it.
+    """
+    capacity: int | ConcurrencyLimiter | None = policy.capacity
+    if policy.capacity is not None and policy.group is not None and limiters is not None:
+        capacity = limiters.setdefault(
+            policy.group, ConcurrencyLimiter(policy.capacity, policy.group)
         )
-    limiters: dict[str, ConcurrencyLimiter] = {}
-    out: dict[str, Tier] = {}
-    for name, p in policies.items():
-        capacity: int | ConcurrencyLimiter | None = p.capacity
-        if p.capacity is not None and p.group is not None:
-            capacity = limiters.setdefault(p.group, ConcurrencyLimiter(p.capacity, p.group))
-        tier = resilient(
-            gate.by_name[name],
-            capacity=capacity,
-            breaker=p.breaker,
-            probe=p.probe,
-            retry_attempts=p.retries,
-            retry_backoff_ms=p.retry_backoff_ms,
-        )
-        out[name] = tier
-    gate.tiers = [out.get(t.name, t) for t in gate.tiers]
-    gate.by_name = {t.name: t for t in gate.tiers}
-    return out
+    return resilient(
+        tier,
+        capacity=capacity,
+        breaker=policy.breaker,
+        probe=policy.probe,
+        retry_attempts=policy.retries,
+        retry_backoff_ms=policy.retry_backoff_ms,
+    )
 
 
 def resilience_snapshot(gate: Gate) -> dict[str, Any]:

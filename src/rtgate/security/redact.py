@@ -14,7 +14,7 @@ import logging
 import re
 from collections.abc import Iterable
 
-__all__ = ["MASK", "RedactingFilter", "Redactor", "install_redaction"]
+__all__ = ["MASK", "RedactingFilter", "Redactor", "install_redaction", "redact_url"]
 
 MASK = "***"
 
@@ -121,3 +121,11 @@ def install_redaction(
                         for s in secrets:
                             f.redactor.add(s)
     return filt
+
+
+def redact_url(url: str) -> str:
+    """``url`` without a ``user:password@`` part."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    return f"{scheme}://***@{rest.split('@', 1)[1]}"

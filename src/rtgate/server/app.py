@@ -76,7 +76,7 @@ async def healthz(st: Annotated[ServerState, Depends(state)]) -> Response:
         entry.update(snap["tiers"].get(info.name, {}))
         tiers.append(entry)
     failed = [n for n, s in asm.warm.items() if s != "ok"]
-    cloud = next((t for t in asm.tiers if t.name == "cloud"), None)
+    cloud = next((t for t in asm.tiers if t.kind == asm.cloud_mode), None)  # the best one
     notes = [*asm.notes, OPEN_NOTE] if st.auth == "open" else list(asm.notes)
     body = {
         "status": "degraded" if failed else "ok",
