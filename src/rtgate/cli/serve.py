@@ -34,6 +34,15 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def _http_protocol() -> Any:
+    """httptools with each request's arrival stamped (the budget counts from there)."""
+    if not _has("httptools"):
+        return "h11"
+    from rtgate.server.arrival import StampedHttpTools
+
+    return StampedHttpTools
+
+
 def uvicorn_config(config: Config, application: Any) -> Any:
     """A ``uvicorn.Config`` for ``application`` with rtgate's choices."""
     import uvicorn
@@ -44,7 +53,7 @@ def uvicorn_config(config: Config, application: Any) -> Any:
         host=s.host,
         port=s.port,
         loop="uvloop" if _has("uvloop") else "asyncio",
-        http="httptools" if _has("httptools") else "h11",
+        http=_http_protocol(),
         ws="websockets-sansio" if _has("websockets") else "auto",
         ws_max_size=s.max_body_bytes,
         lifespan="on",

@@ -52,7 +52,15 @@ class ServerConfig:
     watch_disconnect_ms: float = setting(50.0, ge=0)
     ws_queue: int = setting(256, ge=1)
     ws_max_followups: int = setting(64, ge=0)
-    max_connections: int | None = setting(None, ge=1)
+    # Overload: at most max_connections sockets (uvicorn answers 503 past it) and
+    # max_inflight requests in the gate at once; a request past max_inflight, or one whose
+    # budget (counted from its arrival) has less than shed_margin_ms left when its handler
+    # runs, is answered at once: the placeholder, or with overload = "error" a 503 with
+    # Retry-After. Nothing is answered late because it waited in a queue.
+    max_connections: int | None = setting(2048, ge=1)
+    max_inflight: int = setting(256, ge=1)
+    shed_margin_ms: float = setting(5.0, ge=0)
+    overload: str = setting("placeholder", choices=("placeholder", "error"))
     graceful_shutdown_s: int = setting(5, ge=0)
     log_level: str = setting("info", choices=("critical", "error", "warning", "info", "debug"))
     access_log: bool = False

@@ -11,6 +11,7 @@
     │   ├── RateLimited         the backend said 429
     │   └── BackendProtocolError malformed response or stream
     ├── QueueFull               a bounded queue refused an item (policy: reject the newcomer)
+    ├── Overloaded              the server cannot answer within the budget now (retry later)
     ├── JobNotFound             no delegated job with that id
     └── ConfigError             a configuration file or value is wrong
 """
@@ -26,6 +27,7 @@ __all__ = [
     "InvalidBudget",
     "InvalidRequest",
     "JobNotFound",
+    "Overloaded",
     "QueueFull",
     "RateLimited",
     "RtgateError",
@@ -78,3 +80,14 @@ class JobNotFound(RtgateError, KeyError):
 
 class ConfigError(RtgateError, ValueError):
     code = "config_error"
+
+
+class Overloaded(RtgateError):
+    """Answered at once instead of late: too many requests in flight, or the request's
+    budget was spent waiting for the server (``retry_after_s`` says when to try again)."""
+
+    code = "overloaded"
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI
@@ -24,6 +25,7 @@ from rtgate.core.errors import (
     ConfigError,
     InvalidRequest,
     JobNotFound,
+    Overloaded,
     QueueFull,
     RateLimited,
     RtgateError,
@@ -80,7 +82,7 @@ def status_of(exc: RtgateError) -> int:
         return 400
     if isinstance(exc, JobNotFound):
         return 404
-    if isinstance(exc, QueueFull | RateLimited):
+    if isinstance(exc, QueueFull | RateLimited | Overloaded):
         return 503
     if isinstance(exc, BackendError):
         return 502
@@ -118,9 +120,11 @@ async def _on_rtgate_error(request: Request, exc: Exception) -> Response:
     status = status_of(exc)
     if status >= 500:
         log.warning("%s %s failed: %s: %s", request.method, request.url.path, exc.code, exc)
-    headers = {"Retry-After": "1"} if status == 503 else {}
+    retry = getattr(exc, "retry_after_s", 1.0)
+    headers = {"Retry-After": str(max(1, math.ceil(retry)))} if status == 503 else {}
     text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
-    message = text if status < 500 or isinstance(exc, BackendError | QueueFull) else exc.code
+    shown = BackendError | QueueFull | Overloaded
+    message = text if status < 500 or isinstance(exc, shown) else exc.code
     return error_response(status, exc.code, message, **headers)
 
 

@@ -26,6 +26,7 @@ from fastapi import APIRouter, Depends, Query
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
+from rtgate.core.budget import Budget
 from rtgate.core.request import Message, Request
 from rtgate.gate import DoneEvent, GateResult, TokenEvent
 from rtgate.server import jobs
@@ -96,17 +97,18 @@ async def gate_answer(body: GateBody, http: HttpRequest) -> Response:
         body.input, messages, max_tokens=body.max_tokens, delegate=body.delegate, key=key
     )
     if body.stream or (accept is not None and "text/event-stream" in accept):
-        return sse_response(_events(st, req, budget, body.follow))
+        started = st.begin(http, req, budget)  # an overload error is raised before the stream
+        return sse_response(_events(st, req, started, body.follow))
     result = await jobs.confirm_job(st, await st.answer(http, req, budget))
     return json_response(answer_dict(result), headers=_result_headers(result))
 
 
 async def _events(
-    st: ServerState, req: Request, budget: float, follow: bool
+    st: ServerState, req: Request, started: Budget | GateResult, follow: bool
 ) -> AsyncIterator[bytes]:
     unclaimed: str | None = None  # a job whose id or follow-up has not reached the client
     try:
-        async with contextlib.aclosing(st.gate.stream(req, budget)) as events:
+        async with contextlib.aclosing(st.events(req, started)) as events:
             async for ev in events:
                 if isinstance(ev, TokenEvent):
                     token: dict[str, Any] = {"text": ev.text, "t_ms": round(ev.t_ms, 3)}

@@ -3,6 +3,7 @@
 :func:`server_middleware` is the ASGI stack :func:`~rtgate.server.app.create_app` runs by
 default, outermost first::
 
+    ArrivalMiddleware          stamps the request's arrival (if the protocol did not)
     ErrorShieldMiddleware      an escaped exception -> JSON 500 with a reference id
     CORSMiddleware             only when cors_origins lists some (exact origins)
     BodyLimitMiddleware        413 past server.max_body_bytes (the server's only one)
@@ -35,6 +36,7 @@ from rtgate.security import (
     cors_options,
     install_redaction,
 )
+from rtgate.server.arrival import ArrivalMiddleware
 
 __all__ = [
     "OPEN_NOTE",
@@ -68,7 +70,7 @@ def server_middleware(config: Config, keys: KeyStore | None = None) -> list[Midd
     already loaded (else it is loaded from ``security.api_keys_file``)."""
     sec = config.security
     store = keys if keys is not None else load_keys(config)
-    stack = [Middleware(ErrorShieldMiddleware)]
+    stack = [Middleware(ArrivalMiddleware), Middleware(ErrorShieldMiddleware)]
     if sec.cors_origins:
         stack.append(Middleware(CORSMiddleware, **cors_options(sec.cors_origins)))
     stack.append(Middleware(BodyLimitMiddleware, max_bytes=config.server.max_body_bytes))

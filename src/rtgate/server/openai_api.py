@@ -23,6 +23,7 @@ from fastapi import APIRouter, Depends, Header
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
+from rtgate.core.budget import Budget
 from rtgate.core.request import Message, Request
 from rtgate.gate import DoneEvent, GateResult, TokenEvent
 from rtgate.server import jobs
@@ -133,7 +134,8 @@ async def chat_completions(
     cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
     if body.stream:
-        return sse_response(_chunks(st, req, budget, cid, created, body.model))
+        started = st.begin(http, req, budget)  # an overload error is raised before the stream
+        return sse_response(_chunks(st, req, started, cid, created, body.model))
     result = await jobs.confirm_job(st, await st.answer(http, req, budget))
     completion = {
         "id": cid,
@@ -157,7 +159,12 @@ async def chat_completions(
 
 
 async def _chunks(
-    st: ServerState, req: Request, budget: float, cid: str, created: int, model: str
+    st: ServerState,
+    req: Request,
+    started: Budget | GateResult,
+    cid: str,
+    created: int,
+    model: str,
 ) -> AsyncIterator[bytes]:
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -175,7 +182,7 @@ async def _chunks(
     unclaimed: str | None = None  # a job whose id has not reached the client yet
     try:
         sent = False
-        async with contextlib.aclosing(st.gate.stream(req, budget)) as events:
+        async with contextlib.aclosing(st.events(req, started)) as events:
             async for ev in events:
                 if isinstance(ev, TokenEvent):
                     if ev.text:

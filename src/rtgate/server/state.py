@@ -13,9 +13,10 @@ the request asks for nothing and the server's default is above it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +25,14 @@ from starlette.requests import Request as HttpRequest
 
 from rtgate.assembly.build import Assembly
 from rtgate.config.loader import Config
-from rtgate.core.budget import MAX_BUDGET_MS
-from rtgate.core.errors import InvalidBudget
-from rtgate.core.request import Message, Request
+from rtgate.core.budget import MAX_BUDGET_MS, Budget
+from rtgate.core.errors import InvalidBudget, Overloaded
+from rtgate.core.request import Message, Piece, Request
 from rtgate.core.text_rules import check_text
-from rtgate.gate import Gate, GateResult
+from rtgate.core.trace import Trace
+from rtgate.gate import DoneEvent, Gate, GateEvent, GateResult
 from rtgate.security.keys import KeyRecord, KeyStore
+from rtgate.server.arrival import arrival_of
 from rtgate.server.error_responses import ApiError
 from rtgate.server.streams import unless_disconnected
 from rtgate.tiers.textnorm import lang_of
@@ -69,6 +72,8 @@ class ServerState:
     fleet: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
     max_background: int = 1024
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    inflight: int = 0  # requests in the gate now (HTTP)
+    shed: int = 0  # requests answered at once because they could not be served in time
 
     @property
     def gate(self) -> Gate:
@@ -123,14 +128,70 @@ class ServerState:
             key.policy.check(budget_ms=budget)
         return budget
 
+    def begin(
+        self, conn: HTTPConnection, request: Request, budget_ms: float
+    ) -> Budget | GateResult:
+        """The request's budget, counted from its arrival (:mod:`rtgate.server.arrival`);
+        or, when it cannot be served in time, its answer now: more than
+        ``server.max_inflight`` requests in the gate, or less than ``shed_margin_ms`` of its
+        budget left after waiting for the server. That answer is the placeholder, or with
+        ``server.overload = "error"`` an ``Overloaded`` (503 with Retry-After) raised here,
+        before any response has started. Never an answer past the budget."""
+        s = self.config.server
+        budget = Budget(budget_ms, start=arrival_of(conn))
+        if self.inflight >= s.max_inflight:
+            reason = f"{self.inflight} requests in flight (server.max_inflight)"
+        elif budget.left_ms() <= s.shed_margin_ms:
+            waited = budget.elapsed_ms()
+            reason = f"it waited {waited:.0f} ms of its {budget_ms:g} ms budget for the server"
+        else:
+            return budget
+        self.shed += 1
+        if s.overload == "error":
+            raise Overloaded(f"the server is overloaded: {reason}", retry_after_s=1.0)
+        return self._placeholder(request, budget, reason)
+
+    def _placeholder(self, request: Request, budget: Budget, reason: str) -> GateResult:
+        text = str(request.meta.get("placeholder", ""))
+        trace = Trace(request.id, budget.budget_ms)
+        trace.route, trace.degraded = "silent", f"shed: {reason}"
+        trace.elapsed_ms = budget.elapsed_ms()
+        self.gate.metrics.record(
+            "silent", ttft_ms=None, e2e_ms=trace.elapsed_ms, budget_ms=budget.budget_ms
+        )
+        return GateResult(text, [Piece(text)] if text else [], "silent", trace)
+
     async def answer(self, http: HttpRequest, request: Request, budget_ms: float) -> GateResult:
-        """``gate.answer`` for a plain (not streamed) response, cancelled if the client
-        disconnects. Budgets up to ``server.watch_disconnect_ms`` are not watched: they end
-        within that time anyway, and the watcher would cost more than it saves."""
-        work = self.gate.answer(request, budget_ms)
-        if budget_ms <= self.config.server.watch_disconnect_ms:
-            return await work
-        return await unless_disconnected(http, work)
+        """``gate.answer`` for a plain (not streamed) response, its budget counted from the
+        request's arrival (shed at once when it cannot be met: :meth:`begin`), cancelled if
+        the client disconnects. Budgets up to ``server.watch_disconnect_ms`` are not
+        watched: they end within that time anyway, and the watcher costs more than it saves."""
+        started = self.begin(http, request, budget_ms)
+        if isinstance(started, GateResult):
+            return started
+        self.inflight += 1
+        try:
+            work = self.gate.answer(request, started)
+            if budget_ms <= self.config.server.watch_disconnect_ms:
+                return await work
+            return await unless_disconnected(http, work)
+        finally:
+            self.inflight -= 1
+
+    async def events(
+        self, request: Request, started: Budget | GateResult
+    ) -> AsyncGenerator[GateEvent, None]:
+        """``gate.stream`` from :meth:`begin`'s budget; a shed request is one ``DoneEvent``."""
+        if isinstance(started, GateResult):
+            yield DoneEvent(started)
+            return
+        self.inflight += 1
+        try:
+            async with contextlib.aclosing(self.gate.stream(request, started)) as events:
+                async for ev in events:
+                    yield ev
+        finally:
+            self.inflight -= 1
 
     def request(
         self,

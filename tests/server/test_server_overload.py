@@ -1,0 +1,135 @@
+"""Overload: a request is answered within its budget counted from its arrival, or at once
+(placeholder, or 503 with Retry-After); never late because it waited in a queue."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from starlette.types import Receive, Scope, Send
+
+from rtgate.config.loader import Config
+from rtgate.core.budget import Budget
+from rtgate.core.request import Piece, Request
+from rtgate.server import create_app
+from rtgate.server.arrival import ARRIVAL, StampedHttpTools
+from rtgate.tiers.base import Tier
+from rtgate.tiers.fake import FakeTier
+from tests.server.server_helpers import fake_gate, server_only_config
+
+
+class HeldTier(Tier):
+    """Answers once the test releases it; counts the requests it saw."""
+
+    name, quality = "local", 50
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.calls = 0
+
+    async def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
+        self.calls += 1
+        self.entered.set()
+        await self.release.wait()
+        yield "held answer"
+
+
+def _late_by(app: Any, seconds: float) -> Any:
+    """The app as if each request had arrived ``seconds`` before its handler ran."""
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        scope.setdefault("state", {})[ARRIVAL] = asyncio.get_running_loop().time() - seconds
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+async def _client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rtgate")
+
+
+async def test_a_request_whose_budget_was_spent_waiting_gets_the_placeholder_at_once() -> None:
+    tier = FakeTier("local", 50, ["fresh"])
+    app = create_app(server_only_config(), gate=fake_gate([tier], local=5.0), warmup=False)
+    async with app.router.lifespan_context(app), await _client(_late_by(app, 0.5)) as client:
+        r = await client.post("/v1/gate", json={"input": "hi", "budget_ms": 300})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["route"] == "silent" and body["placeholder"] is True
+    assert body["answer"] == Config().gate.placeholder
+    assert body["trace"]["degraded"].startswith("shed: it waited")
+    assert body["trace"]["elapsed_ms"] >= 500
+    assert tier.calls == 0
+
+
+async def test_with_overload_error_it_is_a_503_with_retry_after() -> None:
+    config = server_only_config()
+    config.server.overload = "error"
+    tier = FakeTier("local", 50, ["fresh"])
+    app = create_app(config, gate=fake_gate([tier], local=5.0), warmup=False)
+    async with app.router.lifespan_context(app), await _client(_late_by(app, 0.5)) as client:
+        r = await client.post("/v1/chat/completions", json=_chat())
+        s = await client.post("/v1/gate", json={"input": "hi", "stream": True, "budget_ms": 300})
+    for resp in (r, s):
+        assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
+        assert resp.json()["error"]["code"] == "overloaded"
+    assert tier.calls == 0
+
+
+def _chat() -> dict[str, Any]:
+    return {"model": "auto", "messages": [{"role": "user", "content": "hi"}], "budget_ms": 300}
+
+
+async def test_past_max_inflight_a_request_is_shed_and_the_others_are_served() -> None:
+    config: Config = server_only_config()
+    config.server.max_inflight = 1
+    tier = HeldTier()
+    app = create_app(config, gate=fake_gate([tier], local=5.0), warmup=False)
+    async with app.router.lifespan_context(app), await _client(app) as client:
+        body = {"input": "hi", "budget_ms": 60_000}
+        first = asyncio.create_task(client.post("/v1/gate", json=body))
+        await tier.entered.wait()
+        second = await client.post("/v1/gate", json=body)
+        tier.release.set()
+        done = await first
+    assert second.json()["route"] == "silent"
+    assert "max_inflight" in second.json()["trace"]["degraded"]
+    assert done.json()["answer"] == "held answer" and tier.calls == 1
+
+
+@pytest.mark.slow
+async def test_the_protocol_stamps_the_arrival_before_the_app_runs() -> None:
+    import uvicorn
+
+    seen: list[tuple[float, float]] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            return
+        seen.append((scope["state"][ARRIVAL], asyncio.get_running_loop().time()))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    port = int(sock.getsockname()[1])
+    server = uvicorn.Server(
+        uvicorn.Config(app, http=StampedHttpTools, lifespan="off", log_level="warning")
+    )
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with httpx.AsyncClient() as client:
+            r = await client.get(f"http://127.0.0.1:{port}/")
+        assert r.status_code == 204
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()
+    ((stamped, handled),) = seen
+    assert stamped <= handled
