@@ -21,6 +21,7 @@ from rtgate.apps.guard import cli as guard_cli
 from rtgate.apps.npc import cli as npc_cli
 from rtgate.apps.voice import cli as voice_cli
 from rtgate.backends import native_log
+from rtgate.bench import burst as bench_burst
 from rtgate.bench import delegation as bench_delegation
 from rtgate.bench import fast_tiers as bench_fast_tiers
 from rtgate.bench import faults as bench_faults
@@ -57,6 +58,7 @@ _ROOT: tuple[typer.Typer, ...] = (
 _BENCH: tuple[typer.Typer, ...] = (
     bench_gate_cost.app,
     bench_http.app,
+    bench_burst.app,
     bench_tier_latency.app,
     npc_cli.bench_app,
     bench_faults.app,
