@@ -238,21 +238,13 @@ def run(
     run is refused unless --allow-no-failsafe. SIGTERM and SIGINT end it cleanly (status
     offline, explainer stopped).
     """
-    from rtgate.apps.guard.mqtt import AuditLog, Broker, StopPublisher, command_failsafe
     from rtgate.apps.guard.runner import Ended, Shutdown, connect, guard_until_done
 
     with Shutdown() as shutdown:
         try:
             plan = _plan(sources or [], station, channels, device, topic, rules, status_topic)
             reader = _open_device(plan, device, rate, channels, seconds, device_buffer_s)
-            pub = StopPublisher(
-                Broker.parse(broker),
-                f"rtgate-guard-{plan.names[0]}-{uuid.uuid4().hex[:6]}",
-                failsafe=command_failsafe(failsafe_cmd) if failsafe_cmd else None,
-                audit=AuditLog(audit),
-                status_topic=plan.status,
-                stations=plan.names,
-            )
+            pub = _publisher(plan, broker, failsafe_cmd, audit)
             det = Detector(model, n_streams=len(plan.names))
             guard = Guard(plan.names, plan.rules, pub, detector=det)
         except RtgateError as e:
@@ -268,12 +260,31 @@ def run(
             windows = _source(plan, reader, rate, channels)
             cfg = _explain_config(rules, db, llm)
             error = guard_until_done(guard, pub, start, windows, cfg, shutdown, _print_stop)
+    _report_drops(reader)
+    _finish(pub, error)
+
+
+def _publisher(
+    plan: _Plan, broker: str, failsafe_cmd: str | None, audit: Path | None
+) -> StopPublisher:
+    from rtgate.apps.guard.mqtt import AuditLog, Broker, StopPublisher, command_failsafe
+
+    return StopPublisher(
+        Broker.parse(broker),
+        f"rtgate-guard-{plan.names[0]}-{uuid.uuid4().hex[:6]}",
+        failsafe=command_failsafe(failsafe_cmd) if failsafe_cmd else None,
+        audit=AuditLog(audit),
+        status_topic=plan.status,
+        stations=plan.names,
+    )
+
+
+def _report_drops(reader: DeviceReader | None) -> None:
     if reader is not None and (reader.dropped or reader.overflows):
         console.print(
             f"[yellow]sound card: {reader.dropped} blocks dropped (stop path behind), "
             f"{reader.overflows} overflows[/yellow]"
         )
-    _finish(pub, error)
 
 
 @dataclass(frozen=True)
