@@ -9,7 +9,7 @@ awaited on any replica, cancelled when their client leaves.
   goes out without the id, the trace says why, and the job is cancelled.
 - **Find / wait** (:func:`find`, :func:`wait`): this replica's store first, else the
   broker's record, so any replica answers ``GET /v1/jobs/{id}`` and follows a job
-  submitted elsewhere (:func:`rtgate.delegate.broker.find_job` / ``wait_job``).
+  submitted elsewhere (:func:`rtgate.gate.jobs.find_job` / ``wait_job``).
 - **Cancel** (:func:`cancel`): a job whose client left before it could receive the id or
   the follow-up is stopped: ``Gate.cancel_job`` in process, ``queue.cancel`` on a broker
   (recorded there, so no worker starts it), the latter in the background.
@@ -22,9 +22,9 @@ import contextlib
 import logging
 
 from rtgate.core.errors import JobNotFound
-from rtgate.delegate.broker import BrokerQueue, find_job, wait_job
+from rtgate.delegate.broker import BrokerQueue
 from rtgate.gate import GateResult
-from rtgate.gate.jobs import Job
+from rtgate.gate.jobs import Job, find_job, wait_job
 from rtgate.server.state import ServerState
 
 __all__ = ["MIN_CONFIRM_S", "cancel", "confirm_job", "find", "wait"]
