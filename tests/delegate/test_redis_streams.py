@@ -13,11 +13,11 @@ import redis.asyncio as aioredis
 from rtgate.core.errors import JobNotFound, QueueFull
 from rtgate.core.latency import Prior
 from rtgate.core.request import Request
-from rtgate.delegate.broker import REFUSED, find_job, wait_job
+from rtgate.delegate.broker import REFUSED
 from rtgate.delegate.redis_streams import GROUP, RedisStreamsQueue
 from rtgate.gate import Gate, GateConfig
 from rtgate.gate.job_runner import TierRunner
-from rtgate.gate.jobs import Job, JobStore, new_job_id
+from rtgate.gate.jobs import Job, JobStore, find_job, new_job_id, wait_job
 from rtgate.tiers.fake import FakeTier
 from tests.delegate.delegate_helpers import cloud_tier, eventually, idle_runner, job
 

@@ -32,7 +32,7 @@ import typer
 
 from rtgate.bench.replica import PROFILE_ENV, PROFILES, expected_text
 from rtgate.delegate.broker import BrokerQueue
-from rtgate.delegate.factory import DelegationSettings, make_queue
+from rtgate.delegate.factory import DelegationSettings, make_broker_queue, make_queue
 
 __all__ = ["bench_app", "run"]
 
@@ -326,8 +326,7 @@ async def _run(
         wall_s = time.perf_counter() - t0
     finally:
         await d.stop_all()
-    probe = make_queue(settings)
-    assert isinstance(probe, BrokerQueue)
+    probe = make_broker_queue(settings)
     await probe.connect()
     try:
         subs = {n: a for n, a in d.asks.items() if a.job is not None}

@@ -32,7 +32,7 @@ from rtgate.core.budget import Budget
 from rtgate.core.latency import Prior
 from rtgate.core.request import Piece, Request
 from rtgate.delegate.broker import REFUSED, BrokerQueue
-from rtgate.delegate.factory import DelegationSettings, make_queue
+from rtgate.delegate.factory import DelegationSettings, make_broker_queue
 from rtgate.gate import DoneEvent, FollowupEvent, Gate, GateConfig, GateEvent
 from rtgate.gate.jobs import JobStore
 from rtgate.tiers.base import Tier
@@ -106,8 +106,7 @@ async def _follow(queue: BrokerQueue, n: int, job_id: str) -> None:
 async def serve(settings: DelegationSettings) -> None:
     """Run one replica until stdin closes."""
     store = JobStore()
-    queue = make_queue(settings, store)
-    assert isinstance(queue, BrokerQueue)
+    queue = make_broker_queue(settings, store)
     tiers = [
         FakeTier("template", 1, ["ok"]),
         FakeTier("cloud", 3, hang=True, delegable=True),  # never runs here: the workers do

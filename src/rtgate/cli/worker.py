@@ -27,7 +27,7 @@ import typer
 
 from rtgate.core.errors import ConfigError
 from rtgate.delegate.broker import BrokerQueue
-from rtgate.delegate.factory import DelegationSettings, make_queue
+from rtgate.delegate.factory import DelegationSettings, make_broker_queue
 from rtgate.gate.job_runner import TierRunner
 from rtgate.tiers.base import Tier
 
@@ -89,8 +89,7 @@ async def run_worker(
     runner = TierRunner(tiers)
     if warmup:
         await runner.warmup()
-    queue = make_queue(settings, consume=True)
-    assert isinstance(queue, BrokerQueue)
+    queue = make_broker_queue(settings, consume=True)
     share = None
     sharing: asyncio.Task[None] | None = None
     try:

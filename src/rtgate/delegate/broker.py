@@ -13,6 +13,11 @@ A :class:`BrokerQueue` plays one or both roles:
   that dies before acknowledging leaves the job to another worker: jobs are processed at
   least once and delivered once.
 
+A broker queue is ``remote``: any replica finds (``lookup``), follows (``follow``) and
+cancels (``cancel``) any job, whichever replica submitted it; callers reach these through
+the :class:`~rtgate.gate.jobs.JobQueue` interface and :class:`~rtgate.gate.Gate`
+(``find_job``, ``wait_job``, ``stop_job``), never by checking the queue's class.
+
 Policy when full: ``submit`` refuses the newcomer with ``QueueFull`` when the outbox or
 the broker's last reported depth is at ``maxsize``; the broker enforces the same bound
 atomically, and a job it refuses is finished as failed (``error`` says why). Jobs already
@@ -38,7 +43,7 @@ from rtgate.core.errors import InvalidRequest, JobNotFound, QueueFull
 from rtgate.delegate.codec import apply_result, decode_result, encode_job
 from rtgate.gate.jobs import Job, JobQueue, JobRunner, JobStore
 
-__all__ = ["REFUSED", "BrokerQueue", "Delivery", "default_replica_id", "find_job", "wait_job"]
+__all__ = ["REFUSED", "BrokerQueue", "Delivery", "default_replica_id"]
 
 log = logging.getLogger("rtgate.delegate")
 
@@ -88,7 +93,7 @@ class BrokerQueue(JobQueue, ABC):
         self.consume = consume
         self.concurrency = concurrency
         self.outbox_size = outbox
-        self.replica = replica or default_replica_id()
+        self._replica = replica or default_replica_id()
         self.poll_s = poll_s
         self.max_deliveries = max_deliveries
         self.stats: dict[str, int] = dict.fromkeys(
@@ -106,6 +111,14 @@ class BrokerQueue(JobQueue, ABC):
         self._runner: JobRunner | None = None
         self._connected = False
         self._stopping = False
+
+    @property
+    def remote(self) -> bool:
+        return True
+
+    @property
+    def replica(self) -> str:
+        return self._replica
 
     # -- what a broker implements ----------------------------------------------------------
 
@@ -452,22 +465,3 @@ class BrokerQueue(JobQueue, ABC):
                     await self._touch(list(self._inflight.values()))
                 except Exception as e:
                     log.warning("%s: cannot extend in-flight jobs: %s", self.broker, e)
-
-
-async def find_job(queue: JobQueue, store: JobStore, job_id: str) -> Job:
-    """A job from this replica's store, else from the broker (submitted by any replica).
-    Raises ``JobNotFound``. For ``GET /v1/jobs/{id}``."""
-    job = store.find(job_id)
-    if job is None and isinstance(queue, BrokerQueue):
-        job = await queue.lookup(job_id)
-    if job is None:
-        raise JobNotFound(f"no job {job_id!r}")
-    return job
-
-
-async def wait_job(queue: JobQueue, store: JobStore, job_id: str) -> Job:
-    """Wait for a job to finish, wherever it was submitted (a caller that reconnected
-    to another replica). Raises ``JobNotFound``."""
-    if store.find(job_id) is None and isinstance(queue, BrokerQueue):
-        return await queue.follow(job_id)
-    return await store.wait(job_id)

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from rtgate.core.errors import ConfigError
+from rtgate.delegate.broker import BrokerQueue
 from rtgate.gate.inprocess_queue import InProcessQueue
 from rtgate.gate.jobs import JobQueue, JobStore
 
-__all__ = ["DEFAULT_URLS", "Backend", "DelegationSettings", "make_queue"]
+__all__ = ["DEFAULT_URLS", "Backend", "DelegationSettings", "make_broker_queue", "make_queue"]
 
 Backend = Literal["inprocess", "redis", "nats"]
 DEFAULT_URLS = {"redis": "redis://127.0.0.1:6379/0", "nats": "nats://127.0.0.1:4222"}
@@ -101,6 +102,20 @@ def make_queue(
     s = DelegationSettings.of(settings)
     if s.backend == "inprocess":
         return InProcessQueue(s.queue_size, s.workers)
+    return make_broker_queue(s, store, consume=consume)
+
+
+def make_broker_queue(
+    settings: DelegationSettings | Mapping[str, Any] | object,
+    store: JobStore | None = None,
+    *,
+    consume: bool = False,
+) -> BrokerQueue:
+    """The Redis or NATS queue ``settings`` describe (a worker needs one: ``ConfigError``
+    for ``backend = "inprocess"``). Arguments as for :func:`make_queue`."""
+    s = DelegationSettings.of(settings)
+    if s.backend == "inprocess":
+        raise ConfigError("a broker queue needs delegation.backend = 'redis' or 'nats'")
     common: dict[str, Any] = {
         "maxsize": s.queue_size,
         "store": store,
@@ -123,7 +138,7 @@ def make_queue(
     from rtgate.delegate.jetstream import JetStreamQueue
 
     return cast(
-        JobQueue,
+        BrokerQueue,
         JetStreamQueue(
             s.broker_url,
             result_ttl_s=s.result_ttl_s,

@@ -44,7 +44,7 @@ async def _run(n: int, budget_ms: float) -> tuple[list[float], dict[str, int], i
             latencies.append(res.trace.elapsed_ms)
             routes[res.route] = routes.get(res.route, 0) + 1
         done = 0
-        for jid in gate.jobs.ids():
+        for jid in gate.job_ids():
             done += (await gate.wait_job(jid)).status == "done"
     return latencies, routes, done
 

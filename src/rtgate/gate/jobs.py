@@ -2,7 +2,10 @@
 
 A :class:`JobQueue` takes jobs and runs them with a runner the gate supplies; results land
 in a :class:`JobStore` where callers wait for them or look them up by id. The in-process
-queue is the default; Redis Streams and NATS JetStream queues implement the same interface.
+queue is the default; Redis Streams and NATS JetStream queues implement the same interface
+and, being shared by every gate replica, also answer for jobs submitted elsewhere
+(:func:`find_job`, :func:`wait_job`): the interface's defaults are what a queue that keeps
+nothing outside this process answers, so no caller needs to know which queue it has.
 """
 
 from __future__ import annotations
@@ -19,7 +22,16 @@ from typing import Any, Literal
 
 from rtgate.core.errors import JobNotFound
 
-__all__ = ["Job", "JobQueue", "JobRunner", "JobStatus", "JobStore", "new_job_id"]
+__all__ = [
+    "Job",
+    "JobQueue",
+    "JobRunner",
+    "JobStatus",
+    "JobStore",
+    "find_job",
+    "new_job_id",
+    "wait_job",
+]
 
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
@@ -138,3 +150,53 @@ class JobQueue(ABC):
     @abstractmethod
     def depth(self) -> int:
         """Jobs waiting for a worker."""
+
+    # -- what a queue shared by replicas adds; the defaults suit a queue in this process --
+
+    @property
+    def remote(self) -> bool:
+        """Jobs run in other processes and their record is kept there (a broker): finding,
+        waiting for and cancelling a job goes through the queue."""
+        return False
+
+    @property
+    def replica(self) -> str:
+        """This process's name among the queue's replicas ("" when not shared)."""
+        return ""
+
+    async def enqueued(self, job_id: str) -> bool:
+        """Wait until a submitted job is safely queued: True, or False if it was refused.
+        In process, a job is queued once ``submit`` returns."""
+        return True
+
+    async def lookup(self, job_id: str) -> Job | None:
+        """The job as the queue knows it, wherever it was submitted, or ``None``."""
+        return None
+
+    async def follow(self, job_id: str) -> Job:
+        """Wait for a job submitted anywhere to finish. Raises ``JobNotFound``."""
+        raise JobNotFound(f"no job {job_id!r}")
+
+    async def cancel(self, job_id: str) -> bool:
+        """Cancel a job where the queue keeps it, so no worker starts it. False if it had
+        already finished (or the queue keeps nothing: the gate cancels its own jobs)."""
+        return False
+
+
+async def find_job(queue: JobQueue, store: JobStore, job_id: str) -> Job:
+    """A job from this process's ``store``, else from the queue (submitted by any
+    replica). Raises ``JobNotFound``. For ``GET /v1/jobs/{id}``."""
+    job = store.find(job_id)
+    if job is None:
+        job = await queue.lookup(job_id)
+    if job is None:
+        raise JobNotFound(f"no job {job_id!r}")
+    return job
+
+
+async def wait_job(queue: JobQueue, store: JobStore, job_id: str) -> Job:
+    """Wait for a job to finish, wherever it was submitted (a caller that reconnected
+    to another replica). Raises ``JobNotFound``."""
+    if store.find(job_id) is None:
+        return await queue.follow(job_id)
+    return await store.wait(job_id)

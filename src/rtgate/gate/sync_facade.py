@@ -39,149 +39,23 @@ import contextlib
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from concurrent.futures import CancelledError
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
+from rtgate.core.background import Background
 from rtgate.core.budget import Budget
 from rtgate.core.errors import InvalidRequest, QueueFull, RtgateError
 from rtgate.core.request import Request
-from rtgate.gate import DoneEvent, FollowupEvent, Gate, GateResult, Scope, TokenEvent
+from rtgate.gate.gate import Gate
 from rtgate.gate.jobs import Job
+from rtgate.gate.sync_handle import Delivery, Handle
+from rtgate.gate.types import DoneEvent, FollowupEvent, GateResult, Scope, TokenEvent
 from rtgate.tiers.base import Tier
 
 __all__ = ["Delivery", "Handle", "SyncGate"]
 
 T = TypeVar("T")
 Mode = Literal["poll", "queue"]
-_State = Literal["pending", "ready", "failed", "cancelled"]
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One item from :meth:`SyncGate.drain`: a primary answer, a follow-up or a failure."""
-
-    handle: Handle
-    kind: Literal["result", "followup", "error"]
-    result: GateResult | None = None
-    job: Job | None = None
-    error: BaseException | None = None
-
-
-class Handle:
-    """A submitted request, polled from the caller's thread without blocking.
-
-    ``result()`` returns ``None`` while the answer is pending (so a frame can poll it with
-    ``if (r := h.result()) is not None``), the :class:`GateResult` once ready, raises
-    ``concurrent.futures.CancelledError`` after :meth:`cancel` and re-raises the error if
-    serving failed. ``followup()`` likewise returns the delegated job or ``None``.
-    """
-
-    __slots__ = (
-        "_done",
-        "_error",
-        "_follow_done",
-        "_followup",
-        "_owner",
-        "_partial",
-        "_result",
-        "_slot",
-        "_state",
-        "_task",
-        "budget",
-        "done_at",
-        "follow",
-        "request",
-        "tag",
-    )
-
-    def __init__(
-        self, owner: SyncGate, request: Request, budget: Budget, follow: bool, tag: Any
-    ) -> None:
-        self._owner = owner
-        self.request = request
-        self.budget = budget
-        self.follow = follow
-        self.tag = tag
-        self._state: _State = "pending"
-        self._result: GateResult | None = None
-        self._error: BaseException | None = None
-        self._followup: Job | None = None
-        self._partial = ""  # rebound (never mutated) by the loop thread: reads are atomic
-        self._slot = True
-        self._task: asyncio.Task[None] | None = None  # touched on the loop thread only
-        self._done = threading.Event()
-        self._follow_done = threading.Event()
-        self.done_at: float | None = None  # loop clock when the primary answer arrived
-
-    @property
-    def id(self) -> str:
-        return self.request.id
-
-    @property
-    def ready(self) -> bool:
-        """The primary answer (or its failure) has arrived."""
-        return self._state in ("ready", "failed")
-
-    @property
-    def cancelled(self) -> bool:
-        return self._state == "cancelled"
-
-    @property
-    def done(self) -> bool:
-        """Nothing more will change the primary answer: ready, failed or cancelled."""
-        return self._state != "pending"
-
-    @property
-    def partial(self) -> str:
-        """The answer's text so far. With ``scope="first_token"`` it grows piece by piece
-        while the rest streams, so a frame can act on the start of an answer early."""
-        return self._partial
-
-    @property
-    def followup_pending(self) -> bool:
-        """The answer was delegated and the deeper one has not arrived yet."""
-        r = self._result
-        return (
-            self._state == "ready"
-            and r is not None
-            and r.job_id is not None
-            and self.follow
-            and self._followup is None
-        )
-
-    def result(self) -> GateResult | None:
-        """The answer, or ``None`` while pending (never blocks; see the class docstring)."""
-        state = self._state
-        if state == "ready":
-            return self._result
-        if state == "cancelled":
-            raise CancelledError(f"{self.id} was cancelled")
-        if state == "failed":
-            assert self._error is not None
-            raise self._error
-        return None
-
-    def followup(self) -> Job | None:
-        """The delegated job once it has finished (check ``job.status``), else ``None``."""
-        return self._followup
-
-    def cancel(self) -> bool:
-        """Stop serving this request and any delivery for it. Returns ``False`` when there
-        was nothing left to cancel (the answer and any follow-up were already delivered)."""
-        return self._owner._cancel(self)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the primary answer is done. For scripts and tests, never in a frame."""
-        return self._done.wait(timeout)
-
-    def wait_followup(self, timeout: float | None = None) -> bool:
-        """Block until the follow-up has arrived (or will not). Never in a frame."""
-        return self._follow_done.wait(timeout)
-
-    def __repr__(self) -> str:
-        return f"<Handle {self.id} {self._state}>"
 
 
 class SyncGate:
@@ -224,7 +98,7 @@ class SyncGate:
         self._started = threading.Event()
         self._warm = threading.Event()
         self._start_error: BaseException | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = Background(name)  # one task per request being served, on the loop
         self._closed = False
 
     # -- lifecycle (these may block: call them at start-up and shutdown, not in a frame) ----
@@ -314,7 +188,7 @@ class SyncGate:
         if loop is None or self._closed or not self._started.is_set():
             raise RuntimeError("the SyncGate is not running")
         budget = Budget(budget_ms, clock=loop.time)  # starts now, on the loop's clock
-        handle = Handle(self, request, budget, follow, tag)
+        handle = Handle(self._cancel, request, budget, follow, tag)
         with self._lock:
             if self._pending >= self.max_pending:
                 self._counts["refused"] += 1
@@ -463,7 +337,7 @@ class SyncGate:
                         for name, status in self.gate.warmup_status.items()
                         if status.startswith("warmup failed")
                     }
-                    if failed and len(failed) == len(self.gate.tiers):
+                    if failed and len(failed) == len(self.gate.warmup_status):
                         raise RuntimeError("; ".join(f"{n}: {st}" for n, st in failed.items()))
                 except Exception as e:
                     self._start_error = e
@@ -475,20 +349,15 @@ class SyncGate:
             await self._shutdown()
 
     async def _shutdown(self) -> None:
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.aclose()
         await self.gate.aclose()
 
     def _launch(self, handle: Handle) -> None:
         if handle._state != "pending":
             return
-        task = asyncio.get_running_loop().create_task(self._serve(handle), name=handle.id)
-        handle._task = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        handle._task = self._tasks.spawn(self._serve(handle), name=handle.id)
+        if handle._task is None:  # shutting down: it will never be served
+            self._cancelled_by_loop(handle)
 
     def _cancel_task(self, handle: Handle) -> None:
         if handle._task is not None:

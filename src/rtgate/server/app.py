@@ -98,7 +98,7 @@ async def healthz(st: Annotated[ServerState, Depends(state)]) -> Response:
             "shared_latency": st.fleet,
         },
         "queue_depth": snap["queue_depth"],
-        "jobs": len(gate.jobs),
+        "jobs": gate.job_count,
     }
     return json_response(body)
 

@@ -40,13 +40,12 @@ async def shared_latency(config: Config, gate: Gate) -> AsyncIterator[dict[str, 
         return
     from rtgate.delegate.warm import SharedLatency
 
-    replica = str(getattr(gate.queue, "replica", ""))
-    shared = SharedLatency(d.broker_url, prefix=d.prefix, replica=replica)
+    shared = SharedLatency(d.broker_url, prefix=d.prefix, replica=gate.replica)
     status: dict[str, Any] = {"enabled": True, "loaded": {}}
     try:
         try:
             async with asyncio.timeout(LOAD_TIMEOUT_S):
-                status["loaded"] = await shared.load(gate.models)
+                status["loaded"] = await shared.load(gate.latency_models())
         except Exception as e:  # TimeoutError too: start cold rather than not at all
             status["error"] = f"{type(e).__name__}: {e}"
             log.warning("shared latency not loaded (%s); starting cold", status["error"])
@@ -63,7 +62,7 @@ async def shared_latency(config: Config, gate: Gate) -> AsyncIterator[dict[str, 
             await asyncio.gather(task, return_exceptions=True)
             try:  # the last save, here: a task cancelled before it ran has no finally
                 async with asyncio.timeout(STOP_TIMEOUT_S):
-                    await shared.save(gate.models)
+                    await shared.save(gate.latency_models())
             except Exception as e:
                 log.warning("shared latency: last save failed: %s", e)
     finally:
@@ -75,6 +74,6 @@ async def _publish(shared: SharedLatency, gate: Gate, every_s: float) -> None:
     while True:
         await asyncio.sleep(every_s)
         try:
-            await shared.save(gate.models)
+            await shared.save(gate.latency_models())
         except Exception as e:
             log.warning("shared latency not saved: %s", e)

@@ -9,27 +9,21 @@ awaited on any replica, cancelled when their client leaves.
   goes out without the id, the trace says why, and the job is cancelled.
 - **Find / wait** (:func:`find`, :func:`wait`): this replica's store first, else the
   broker's record, so any replica answers ``GET /v1/jobs/{id}`` and follows a job
-  submitted elsewhere (:func:`rtgate.delegate.broker.find_job` / ``wait_job``).
+  submitted elsewhere (``Gate.find_job`` / ``Gate.wait_job``).
 - **Cancel** (:func:`cancel`): a job whose client left before it could receive the id or
-  the follow-up is stopped: ``Gate.cancel_job`` in process, ``queue.cancel`` on a broker
-  (recorded there, so no worker starts it), the latter in the background.
+  the follow-up is stopped (``Gate.stop_job``): at once in process; on a broker it is
+  recorded there, so no worker starts it, in the gate's background.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 
-from rtgate.core.errors import JobNotFound
-from rtgate.delegate.broker import BrokerQueue, find_job, wait_job
 from rtgate.gate import GateResult
 from rtgate.gate.jobs import Job
 from rtgate.server.state import ServerState
 
 __all__ = ["MIN_CONFIRM_S", "cancel", "confirm_job", "find", "wait"]
-
-log = logging.getLogger("rtgate.server")
 
 MIN_CONFIRM_S = 0.010
 """The least time given to the broker to confirm a job, even when the budget is spent."""
@@ -37,22 +31,21 @@ MIN_CONFIRM_S = 0.010
 
 async def confirm_job(st: ServerState, result: GateResult) -> GateResult:
     """``result``, its job id kept only once the job is on the broker (see the module
-    docstring). A no-op for the in-process queue or an answer without a job."""
+    docstring). In effect a no-op for the in-process queue or an answer without a job."""
     job_id = result.job_id
-    queue = st.gate.queue
-    if job_id is None or not isinstance(queue, BrokerQueue):
+    if job_id is None:
         return result
     trace = result.trace
     left_s = max(MIN_CONFIRM_S, (trace.budget_ms - trace.elapsed_ms) / 1000.0)
     why = "refused by the broker"
     try:
         async with asyncio.timeout(left_s):
-            ok = await queue.enqueued(job_id)
+            ok = await st.gate.job_queued(job_id)
     except TimeoutError:
         ok, why = False, f"not confirmed by the broker within {left_s * 1000:.0f} ms"
         cancel(st, job_id)
     if not ok:
-        job = st.gate.jobs.find(job_id)
+        job = st.gate.job(job_id)
         detail = job.error if job is not None and job.error else why
         note = f"delegation not confirmed: {detail}"
         trace.degraded = f"{trace.degraded}; {note}" if trace.degraded else note
@@ -62,25 +55,14 @@ async def confirm_job(st: ServerState, result: GateResult) -> GateResult:
 
 async def find(st: ServerState, job_id: str) -> Job:
     """The job, from this replica or the broker. Raises ``JobNotFound``."""
-    return await find_job(st.gate.queue, st.gate.jobs, job_id)
+    return await st.gate.find_job(job_id)
 
 
 async def wait(st: ServerState, job_id: str) -> Job:
     """The finished job, wherever it was submitted. Raises ``JobNotFound``."""
-    return await wait_job(st.gate.queue, st.gate.jobs, job_id)
+    return await st.gate.wait_job(job_id)
 
 
 def cancel(st: ServerState, job_id: str) -> None:
     """Stop a job nobody will collect (see the module docstring); never raises."""
-    queue = st.gate.queue
-    if isinstance(queue, BrokerQueue):
-        st.spawn(_cancel_on_broker(queue, job_id), f"cancelling job {job_id}")
-        return
-    with contextlib.suppress(JobNotFound):
-        st.gate.cancel_job(job_id)
-
-
-async def _cancel_on_broker(queue: BrokerQueue, job_id: str) -> None:
-    with contextlib.suppress(JobNotFound):
-        if await queue.cancel(job_id):
-            log.debug("job %s cancelled: its client left", job_id)
+    st.gate.stop_job(job_id)

@@ -3,10 +3,10 @@ asked again is answered from the cache at once."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from rtgate.core.background import Background
 from rtgate.core.budget import Budget
 from rtgate.core.request import Piece, Request
 from rtgate.tiers.base import Tier
@@ -30,7 +30,7 @@ class RememberAnswers(Tier):
         self.delegable = inner.delegable
         self.latency_prior = getattr(inner, "latency_prior", None)
         self.max_pending = max_pending
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending = Background(f"remember-{inner.name}")  # the puts under way
 
     async def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
         parts: list[str] = []
@@ -46,20 +46,15 @@ class RememberAnswers(Tier):
         single_turn = not any(m.role == "assistant" for m in request.messages)
         if single_turn and parts and len(self._pending) < self.max_pending:
             put = self.cache.put(request.input, "".join(parts), {"source": self.name})
-            task = asyncio.ensure_future(put)
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            self._pending.spawn(put)
 
     async def drain(self) -> None:
         """Wait until every pending put has landed."""
-        while self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+        await self._pending.join()
 
     async def warmup(self) -> None:
         await self.inner.warmup()
 
     async def aclose(self) -> None:
-        for task in list(self._pending):
-            task.cancel()
-        await asyncio.gather(*self._pending, return_exceptions=True)
+        await self._pending.aclose()
         await self.inner.aclose()

@@ -164,7 +164,7 @@ async def _gate_run(
         gc.freeze()
         todo = sessions(queries, n, seed=cfg.seed)
         lat, routes = await replay(engine, todo, budget_ms=budget_ms, **kw)
-        jobs = Counter(engine.gate.jobs.get(j).status for j in engine.gate.jobs.ids())
+        jobs = Counter(job.status for j in engine.gate.job_ids() if (job := engine.gate.job(j)))
         block = _block(lat, routes, budget_ms)
         snap = engine.snapshot()
     gc.unfreeze()

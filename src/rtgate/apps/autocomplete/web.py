@@ -38,7 +38,7 @@ from rtgate.apps.autocomplete.engine import (
     check_budget,
     check_prefix,
 )
-from rtgate.core.errors import InvalidRequest, JobNotFound
+from rtgate.core.errors import InvalidRequest
 
 __all__ = ["STATIC", "make_router", "router"]
 
@@ -93,9 +93,8 @@ def make_router(factory: EngineFactory = _default_engine) -> APIRouter:
     @r.get("/v1/complete/jobs/{job_id}", summary="The cloud's suggestions for a job")
     async def job(job_id: str, request: Request) -> Response:
         engine: AutocompleteEngine = request.app.state.autocomplete
-        try:
-            found = engine.gate.jobs.get(job_id)
-        except JobNotFound:
+        found = engine.gate.job(job_id)
+        if found is None:
             return _error(404, "job_not_found", f"no job {job_id!r}")
         if found.status in ("queued", "running"):
             return JSONResponse({"job_id": job_id, "status": found.status}, status_code=202)
