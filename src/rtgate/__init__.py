@@ -12,14 +12,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rtgate.core.budget import Budget, current_budget, use_budget
     from rtgate.core.errors import (
+        ApiError,
         BackendError,
         BackendProtocolError,
         BackendUnavailable,
+        ClientGone,
         ConfigError,
         Declined,
         InvalidBudget,
         InvalidRequest,
         JobNotFound,
+        KeyLimitExceeded,
+        ModelNotFound,
         QueueFull,
         RateLimited,
         RtgateError,
@@ -34,14 +38,18 @@ if TYPE_CHECKING:
 _WHERE = {
     "rtgate.core.budget": ("Budget", "current_budget", "use_budget"),
     "rtgate.core.errors": (
+        "ApiError",
         "BackendError",
         "BackendProtocolError",
         "BackendUnavailable",
+        "ClientGone",
         "ConfigError",
         "Declined",
         "InvalidBudget",
         "InvalidRequest",
         "JobNotFound",
+        "KeyLimitExceeded",
+        "ModelNotFound",
         "QueueFull",
         "RateLimited",
         "RtgateError",
@@ -56,11 +64,13 @@ _WHERE = {
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
 __all__ = [
+    "ApiError",
     "Attempt",
     "BackendError",
     "BackendProtocolError",
     "BackendUnavailable",
     "Budget",
+    "ClientGone",
     "ConfigError",
     "Declined",
     "DoneEvent",
@@ -72,8 +82,10 @@ __all__ = [
     "InvalidBudget",
     "InvalidRequest",
     "JobNotFound",
+    "KeyLimitExceeded",
     "LatencyModel",
     "Message",
+    "ModelNotFound",
     "Piece",
     "Prior",
     "QueueFull",

@@ -39,7 +39,7 @@ from starlette.responses import Response
 
 from rtgate.assembly.build import Assembly, assemble, warm_up
 from rtgate.config.loader import Config
-from rtgate.core.errors import ConfigError
+from rtgate.core.errors import ClientGone, ConfigError
 from rtgate.gate import Gate
 from rtgate.resilience.wire import resilience_snapshot
 from rtgate.server import gate_api, openai_api, ws
@@ -47,7 +47,7 @@ from rtgate.server.error_responses import install_error_handlers
 from rtgate.server.fleet import shared_latency
 from rtgate.server.middleware_stack import OPEN_NOTE, auth_mode, server_middleware
 from rtgate.server.state import ServerState, state
-from rtgate.server.streams import ClientGone, json_response
+from rtgate.server.streams import json_response
 
 __all__ = ["ROUTER_GROUP", "create_app", "load_routers"]
 

@@ -25,11 +25,10 @@ from starlette.requests import Request as HttpRequest
 from rtgate.assembly.build import Assembly
 from rtgate.config.loader import Config
 from rtgate.core.budget import MAX_BUDGET_MS
-from rtgate.core.errors import InvalidBudget
+from rtgate.core.errors import ApiError, InvalidBudget
 from rtgate.core.request import Message, Request
 from rtgate.gate import Gate, GateResult
 from rtgate.security.keys import KeyRecord, KeyStore
-from rtgate.server.error_responses import ApiError
 from rtgate.server.streams import unless_disconnected
 from rtgate.tiers.textnorm import lang_of
 
