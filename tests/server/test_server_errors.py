@@ -52,7 +52,7 @@ async def test_extra_router_is_mounted_with_its_lifespan_and_the_gate() -> None:
 
 async def test_router_named_in_the_config_is_mounted() -> None:
     cfg = Config()
-    cfg.server.routers = ["test_server_errors:app_router"]
+    cfg.server.routers = [f"{__name__}:app_router"]
     cfg.server.discover_routers = False
     async with running(config=cfg) as (_, client):
         assert (await client.get("/v1/complete")).status_code == 200
