@@ -218,6 +218,38 @@ def run(
         load = _load(
             proc, port, payloads, rate, seconds, warmup_s=warmup_s, connections=connections
         )
+    return _report(
+        load,
+        rate=rate,
+        seconds=seconds,
+        warmup_s=warmup_s,
+        budget_ms=budget_ms,
+        server_cpu=server_cpu,
+        client_cpu=client_cpu,
+        config=config,
+        connections=connections,
+        n_inputs=len(inputs),
+        nice=nice,
+        load_before=load_before,
+    )
+
+
+def _report(
+    load: _Load,
+    *,
+    rate: float,
+    seconds: float,
+    warmup_s: float,
+    budget_ms: float,
+    server_cpu: int | None,
+    client_cpu: int | None,
+    config: str | None,
+    connections: int,
+    n_inputs: int,
+    nice: int,
+    load_before: list[float],
+) -> dict[str, Any]:
+    """The JSON report: the run's settings, latencies, the load's counts, CPU, goals."""
     lat, result = load.result["latency_ms"], load.result
     return {
         "bench": "http",
@@ -241,7 +273,7 @@ def run(
         "generator": {
             "cpu": client_cpu,
             "connections": connections,
-            "inputs": len(inputs),
+            "inputs": n_inputs,
             "cpu_us_per_request": round(load.gen_us, 1),
         },
         "nice": nice,
