@@ -2,7 +2,7 @@
 
 The server runs as its own process (``python -m rtgate.cli.serve serve``), the load
 generator in this one; with ``--pin`` each gets a core of its own. Arrivals are open-loop
-(:mod:`rtgate.bench.loadgen`): request *i* is due at ``start + i / rate`` whether or not
+(:mod:`rtgate.bench._loadgen`): request *i* is due at ``start + i / rate`` whether or not
 earlier ones have been answered, and its latency is measured from that due time, so a
 stalled server or a late generator is charged in full (no coordinated omission); the
 generator's own lateness is reported as ``send_lag_ms``.
@@ -33,7 +33,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rtgate.bench.loadgen import gate_payloads, open_loop
+from rtgate.bench._loadgen import gate_payloads, open_loop
 
 __all__ = ["GOALS", "app", "run"]
 
