@@ -12,14 +12,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rtgate.core.budget import Budget, current_budget, use_budget
     from rtgate.core.errors import (
+        ApiError,
         BackendError,
         BackendProtocolError,
         BackendUnavailable,
+        ClientGone,
         ConfigError,
         Declined,
         InvalidBudget,
         InvalidRequest,
         JobNotFound,
+        KeyLimitExceeded,
+        ModelNotFound,
         Overloaded,
         QueueFull,
         RateLimited,
@@ -35,15 +39,19 @@ if TYPE_CHECKING:
 _WHERE = {
     "rtgate.core.budget": ("Budget", "current_budget", "use_budget"),
     "rtgate.core.errors": (
+        "ApiError",
         "BackendError",
         "BackendProtocolError",
         "BackendUnavailable",
+        "ClientGone",
         "ConfigError",
         "Declined",
         "InvalidBudget",
         "InvalidRequest",
         "JobNotFound",
         "Overloaded",
+        "KeyLimitExceeded",
+        "ModelNotFound",
         "QueueFull",
         "RateLimited",
         "RtgateError",
@@ -58,11 +66,13 @@ _WHERE = {
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
 __all__ = [
+    "ApiError",
     "Attempt",
     "BackendError",
     "BackendProtocolError",
     "BackendUnavailable",
     "Budget",
+    "ClientGone",
     "ConfigError",
     "Declined",
     "DoneEvent",
@@ -74,8 +84,10 @@ __all__ = [
     "InvalidBudget",
     "InvalidRequest",
     "JobNotFound",
+    "KeyLimitExceeded",
     "LatencyModel",
     "Message",
+    "ModelNotFound",
     "Overloaded",
     "Piece",
     "Prior",

@@ -9,7 +9,7 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from rtgate.backends.llama_engine import LlamaEngine
+from rtgate.backends._llama_engine import LlamaEngine
 from rtgate.models.locate import locate_model
 
 pytestmark = pytest.mark.slow

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rtgate.core.errors import ConfigError
+from rtgate.core.errors import ConfigError, ModelNotFound
 from rtgate.models import locate
-from rtgate.models.locate import ModelNotFound, locate_model
+from rtgate.models.locate import locate_model
 
 
 def test_smollm2_is_found_without_importing_it() -> None:

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rtgate.core.errors import ConfigError, InvalidRequest
+from rtgate.core.errors import ConfigError, InvalidRequest, KeyLimitExceeded
 from rtgate.security.keys import (
     KEY_PREFIX,
-    KeyLimitExceeded,
     KeyPolicy,
     KeyStore,
     TokenBucket,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from rtgate.tiers.cache_signature import compatible, negation_count, numbers, signature, time_marks
+from rtgate.tiers._cache_signature import compatible, negation_count, numbers, signature, time_marks
 from rtgate.tiers.textnorm import lang_of, normalize, prefixes
 
 

@@ -23,8 +23,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rtgate.backends._llama_engine import EngineStats, LlamaEngine
 from rtgate.backends.base import Backend, Generation
-from rtgate.backends.llama_engine import EngineStats, LlamaEngine
 from rtgate.core.budget import Budget
 from rtgate.core.errors import (
     BackendError,
@@ -170,7 +170,7 @@ class LlamaCppBackend(Backend):
     Args:
         model: a name known to :func:`~rtgate.models.locate.locate_model` or a file path.
         queue_size: requests that may wait behind the running one (then ``QueueFull``).
-        prefix_cache: reuse evaluated prompt prefixes (see :mod:`.llama_engine`).
+        prefix_cache: reuse evaluated prompt prefixes (see :mod:`._llama_engine`).
         chat: use the GGUF chat template for messages (``None``: if the model is chat-tuned).
     """
 

@@ -21,8 +21,6 @@ import contextlib
 import json
 import math
 import os
-import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,219 +28,14 @@ from typing import Any
 
 import typer
 
-from rtgate.bench.replica import PROFILE_ENV, PROFILES, expected_text
+from rtgate.bench._delegation_driver import Ask, Driver
+from rtgate.bench.replica import PROFILES, expected_text
 from rtgate.delegate.broker import BrokerQueue
-from rtgate.delegate.factory import DelegationSettings, make_broker_queue, make_queue
+from rtgate.delegate.factory import DelegationSettings, make_broker_queue
 
 __all__ = ["bench_app", "run"]
 
 bench_app = typer.Typer(no_args_is_help=True)
-
-
-@dataclass(slots=True)
-class _Proc:
-    kind: str
-    index: int
-    proc: asyncio.subprocess.Process
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    ident: str = ""
-    alive: bool = True
-    stats: dict[str, Any] = field(default_factory=dict)
-    reader: asyncio.Task[None] | None = None
-
-
-@dataclass(slots=True)
-class _Ask:
-    sent: float
-    replica: _Proc
-    job: str | None = None
-    submitted: float | None = None
-    refused: str | None = None
-    delivered: list[tuple[str, str, float]] = field(default_factory=list)
-
-
-class _Driver:
-    def __init__(self, settings: DelegationSettings, profile: str, concurrency: int) -> None:
-        self.settings = settings
-        self.profile = profile
-        self.concurrency = concurrency
-        self.asks: dict[int, _Ask] = {}
-        self.replicas: list[_Proc] = []
-        self.workers: list[_Proc] = []
-        self.answer_ms: list[float] = []
-        self.retried = 0
-        self.followed = 0
-        self.progress = asyncio.Event()
-        self.pending_on_killed: list[int] = []
-        self.cpu: dict[str, float] = {}
-        self._rr = 0
-
-    async def spawn(self, kind: str, index: int) -> _Proc:
-        s = self.settings
-        env = {**os.environ, PROFILE_ENV: self.profile}
-        if kind == "worker":
-            argv = ["-m", "rtgate.cli.worker", "worker", "--broker", s.backend]
-            argv += ["--url", s.broker_url, "--prefix", s.prefix]
-            argv += ["--tiers", "rtgate.bench.replica:bench_tiers", "--grace-s", "2"]
-            argv += ["--concurrency", str(self.concurrency), "--no-share-latency"]
-            argv += ["--redeliver-after-s", str(s.redeliver_after_s)]
-        else:
-            cfg: dict[str, Any] = {"backend": s.backend, "url": s.broker_url, "prefix": s.prefix}
-            cfg |= {"queue_size": s.queue_size, "poll_s": s.poll_s}
-            argv = ["-m", "rtgate.bench.replica", json.dumps(cfg)]
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *argv,
-            stdin=asyncio.subprocess.PIPE if kind == "replica" else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=env,
-        )
-        p = _Proc(kind, index, proc)
-        p.reader = asyncio.create_task(self._read(p))
-        (self.workers if kind == "worker" else self.replicas).append(p)
-        return p
-
-    async def _read(self, p: _Proc) -> None:
-        assert p.proc.stdout is not None
-        while line := await p.proc.stdout.readline():
-            text = line.decode(errors="replace").strip()
-            if p.kind == "worker":
-                if text.startswith("rtgate worker ") and " ready:" in text:
-                    p.ident = text.split()[2]
-                    p.ready.set()
-                continue
-            try:
-                ev = json.loads(text)
-            except ValueError:
-                continue
-            self._on_event(p, ev)
-        p.alive = False
-        self.progress.set()
-
-    def _on_event(self, p: _Proc, ev: dict[str, Any]) -> None:
-        kind = ev.get("ev")
-        if kind == "ready":
-            p.ident = str(ev["replica"])
-            p.ready.set()
-            return
-        if kind == "stats":
-            p.stats = ev
-            return
-        ask = self.asks.get(int(ev.get("n", -1)))
-        if ask is None:
-            return
-        now = time.perf_counter()
-        if kind == "submitted":
-            ask.job, ask.submitted = str(ev["job"]), now
-            self.answer_ms.append(float(ev["answer_ms"]))
-        elif kind == "refused":
-            ask.refused = str(ev.get("error"))
-        elif kind == "delivered":
-            ask.delivered.append((str(ev["status"]), str(ev["text"]), now))
-        self.progress.set()
-
-    def live_replicas(self) -> list[_Proc]:
-        return [r for r in self.replicas if r.alive and r.proc.returncode is None]
-
-    async def send(self, n: int, op: dict[str, Any], replica: _Proc | None = None) -> _Proc:
-        live = self.live_replicas()
-        if not live:
-            raise RuntimeError("no gate replica is alive")
-        if replica is None:
-            self._rr += 1
-            replica = live[self._rr % len(live)]
-        assert replica.proc.stdin is not None
-        replica.proc.stdin.write((json.dumps({"n": n, **op}) + "\n").encode())
-        await replica.proc.stdin.drain()
-        return replica
-
-    async def ask(self, n: int) -> None:
-        self.asks[n] = _Ask(time.perf_counter(), self.live_replicas()[0])
-        self.asks[n].replica = await self.send(n, {"op": "ask"})
-
-    async def kill(self, p: _Proc) -> None:
-        if p.kind == "worker" and p.ident:
-            self.pending_on_killed.append(await _in_flight(self.settings, p.ident))
-        p.proc.send_signal(signal.SIGKILL)
-        await p.proc.wait()
-        if p.reader is not None:
-            await p.reader
-        p.alive = False
-        if p.kind == "replica":
-            await self._take_over(p)
-
-    async def _take_over(self, dead: _Proc) -> None:
-        """The dead replica's callers reconnect elsewhere: follow their jobs by id, or
-        ask again when they never got one."""
-        for n, ask in list(self.asks.items()):
-            if ask.replica is not dead or ask.delivered or ask.refused:
-                continue
-            if ask.job is not None:
-                self.followed += 1
-                ask.replica = await self.send(n, {"op": "follow", "job": ask.job})
-            else:
-                self.retried += 1
-                ask.sent = time.perf_counter()
-                ask.replica = await self.send(n, {"op": "ask"})
-
-    def settled(self) -> bool:
-        return all(a.refused is not None or a.delivered for a in self.asks.values())
-
-    def cpu_s(self) -> dict[str, float]:
-        """CPU seconds used so far by the live replicas and workers (Linux /proc)."""
-        out = {"replica": 0.0, "worker": 0.0, "driver": time.process_time()}
-        tick = os.sysconf("SC_CLK_TCK")
-        for p in [*self.replicas, *self.workers]:
-            try:
-                fields = Path(f"/proc/{p.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            out[p.kind] += (int(fields[11]) + int(fields[12])) / tick
-        return out
-
-    async def stop_all(self) -> None:
-        self.cpu = self.cpu_s()
-        for r in self.live_replicas():
-            assert r.proc.stdin is not None
-            r.proc.stdin.close()
-        for w in self.workers:
-            if w.proc.returncode is None:
-                w.proc.send_signal(signal.SIGTERM)
-        for p in [*self.replicas, *self.workers]:
-            try:
-                await asyncio.wait_for(p.proc.wait(), 10.0)
-            except TimeoutError:
-                p.proc.kill()
-                await p.proc.wait()
-            if p.reader is not None:
-                await p.reader
-
-
-async def _in_flight(settings: DelegationSettings, consumer: str) -> int:
-    """Jobs handed out and not acknowledged: the worker's own on Redis, all workers' on
-    NATS (JetStream does not say which pull request took a message)."""
-    if settings.backend == "nats":
-        from rtgate.delegate.jetstream import DURABLE, JetStreamQueue
-
-        q = make_queue(settings)
-        assert isinstance(q, JetStreamQueue)
-        await q.connect()
-        try:
-            info = await q.js.consumer_info(q.stream, DURABLE)
-            return int(info.num_ack_pending or 0)
-        finally:
-            await q.aclose()
-    import redis.asyncio as aioredis
-
-    r = aioredis.Redis.from_url(settings.broker_url, decode_responses=True)
-    try:
-        rows = await r.xpending_range(
-            f"{settings.prefix}:jobs", "workers", "-", "+", 100_000, consumername=consumer
-        )
-        return len(rows)
-    finally:
-        await r.aclose()
 
 
 async def _cleanup(settings: DelegationSettings, queue: BrokerQueue) -> None:
@@ -260,6 +53,101 @@ async def _cleanup(settings: DelegationSettings, queue: BrokerQueue) -> None:
         await queue.destroy()
 
 
+def _bench_settings(
+    broker: str, url: str | None, jobs: int, redeliver_after_s: float
+) -> DelegationSettings:
+    """Delegation on ``broker`` under a fresh key prefix, its queue big enough for ``jobs``."""
+    prefix = f"rtgate-bench-{os.urandom(3).hex()}"
+    return DelegationSettings.of(
+        {
+            "backend": broker,
+            "url": url,
+            "prefix": prefix,
+            "queue_size": max(1024, 2 * jobs),
+            "redeliver_after_s": redeliver_after_s,
+            "poll_s": 0.5,
+        }
+    )
+
+
+async def _start_fleet(d: Driver, workers: int, replicas: int) -> None:
+    """Start the workers, then the replicas, and wait until every one says it is ready."""
+    await asyncio.gather(*(d.spawn("worker", i) for i in range(workers)))
+    await asyncio.gather(*(d.spawn("replica", i) for i in range(replicas)))
+    async with asyncio.timeout(60.0):
+        await asyncio.gather(*(p.ready.wait() for p in [*d.workers, *d.replicas]))
+
+
+@dataclass(slots=True)
+class _KillPlan:
+    """What to SIGKILL at which ask: worker 0 at 25 %, the last replica at 50 %, worker 1 at
+    60 % (a fresh worker takes its place); each only if there are enough of its kind."""
+
+    at: dict[int, str]
+    workers: int
+    replicas: int
+    killed: dict[str, int] = field(default_factory=lambda: {"workers": 0, "replicas": 0})
+
+    @classmethod
+    def of(cls, kill: bool, jobs: int, workers: int, replicas: int) -> _KillPlan:
+        at = {jobs // 4: "worker0", jobs // 2: "replica", (jobs * 3) // 5: "worker1"}
+        return cls(at if kill else {}, workers, replicas)
+
+    async def before_ask(self, n: int, d: Driver) -> None:
+        action = self.at.get(n)
+        if action == "worker0" and self.workers >= 1:
+            await d.kill(d.workers[0])
+            self.killed["workers"] += 1
+        elif action == "worker1" and self.workers >= 2:
+            await d.kill(d.workers[1])
+            self.killed["workers"] += 1
+            await d.spawn("worker", self.workers)
+        elif action == "replica" and self.replicas >= 2:
+            await d.kill(d.replicas[-1])
+            self.killed["replicas"] += 1
+
+
+async def _ask_all(d: Driver, jobs: int, rate: float, kills: _KillPlan) -> float:
+    """Ask ``jobs`` questions, at ``rate`` per second or (rate 0) as fast as a window of
+    unanswered asks allows, killing on the way. Returns the start (``perf_counter``)."""
+    t0 = time.perf_counter()
+    window = max(64, 64 * kills.replicas)
+    for n in range(jobs):
+        if rate > 0:
+            await asyncio.sleep(max(0.0, t0 + n / rate - time.perf_counter()))
+        else:
+            while sum(1 for a in d.asks.values() if a.job is None and not a.refused) >= window:
+                d.progress.clear()
+                await d.progress.wait()
+        await kills.before_ask(n, d)
+        await d.ask(n)
+    return t0
+
+
+async def _settle(d: Driver, timeout_s: float) -> None:
+    """Wait until every ask is settled, or for ``timeout_s`` at most."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(1.0, timeout_s)):
+            while not d.settled():
+                d.progress.clear()
+                await d.progress.wait()
+
+
+async def _read_back(
+    settings: DelegationSettings, d: Driver
+) -> tuple[dict[int, Ask], list[dict[str, Any] | None]]:
+    """The submitted asks and their job records from the broker; then the bench's keys go."""
+    probe = make_broker_queue(settings)
+    await probe.connect()
+    try:
+        subs = {n: a for n, a in d.asks.items() if a.job is not None}
+        records = await probe.records([a.job for a in subs.values() if a.job])
+        await _cleanup(settings, probe)
+    finally:
+        await probe.aclose()
+    return subs, records
+
+
 async def _run(
     *,
     broker: str,
@@ -274,73 +162,26 @@ async def _run(
     redeliver_after_s: float,
     timeout_s: float,
 ) -> dict[str, Any]:
-    prefix = f"rtgate-bench-{os.urandom(3).hex()}"
-    settings = DelegationSettings.of(
-        {
-            "backend": broker,
-            "url": url,
-            "prefix": prefix,
-            "queue_size": max(1024, 2 * jobs),
-            "redeliver_after_s": redeliver_after_s,
-            "poll_s": 0.5,
-        }
-    )
-    d = _Driver(settings, profile, concurrency)
-    killed = {"workers": 0, "replicas": 0}
+    settings = _bench_settings(broker, url, jobs, redeliver_after_s)
+    d = Driver(settings, profile, concurrency)
+    kills = _KillPlan.of(kill, jobs, workers, replicas)
     started = time.perf_counter()
     try:
-        await asyncio.gather(*(d.spawn("worker", i) for i in range(workers)))
-        await asyncio.gather(*(d.spawn("replica", i) for i in range(replicas)))
-        async with asyncio.timeout(60.0):
-            await asyncio.gather(*(p.ready.wait() for p in [*d.workers, *d.replicas]))
-        plan: dict[int, str] = {}
-        if kill:
-            plan = {jobs // 4: "worker0", jobs // 2: "replica", (jobs * 3) // 5: "worker1"}
-        t0 = time.perf_counter()
-        window = max(64, 64 * replicas)
-        for n in range(jobs):
-            if rate > 0:
-                await asyncio.sleep(max(0.0, t0 + n / rate - time.perf_counter()))
-            else:
-                while sum(1 for a in d.asks.values() if a.job is None and not a.refused) >= window:
-                    d.progress.clear()
-                    await d.progress.wait()
-            action = plan.get(n)
-            if action == "worker0" and workers >= 1:
-                await d.kill(d.workers[0])
-                killed["workers"] += 1
-            elif action == "worker1" and workers >= 2:
-                await d.kill(d.workers[1])
-                killed["workers"] += 1
-                await d.spawn("worker", workers)
-            elif action == "replica" and replicas >= 2:
-                await d.kill(d.replicas[-1])
-                killed["replicas"] += 1
-            await d.ask(n)
+        await _start_fleet(d, workers, replicas)
+        t0 = await _ask_all(d, jobs, rate, kills)
         asked_s = time.perf_counter() - t0
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(1.0, timeout_s - (time.perf_counter() - started))):
-                while not d.settled():
-                    d.progress.clear()
-                    await d.progress.wait()
+        await _settle(d, timeout_s - (time.perf_counter() - started))
         wall_s = time.perf_counter() - t0
     finally:
         await d.stop_all()
-    probe = make_broker_queue(settings)
-    await probe.connect()
-    try:
-        subs = {n: a for n, a in d.asks.items() if a.job is not None}
-        records = await probe.records([a.job for a in subs.values() if a.job])
-        await _cleanup(settings, probe)
-    finally:
-        await probe.aclose()
+    subs, records = await _read_back(settings, d)
     meta = {"broker": broker, "asks": jobs, "replicas": replicas, "workers": workers}
-    return _report(d, subs, records, killed, meta, profile, asked_s, wall_s)
+    return _report(d, subs, records, kills.killed, meta, profile, asked_s, wall_s)
 
 
 def _report(
-    d: _Driver,
-    subs: dict[int, _Ask],
+    d: Driver,
+    subs: dict[int, Ask],
     records: list[dict[str, Any] | None],
     killed: dict[str, int],
     run: dict[str, Any],

@@ -2,7 +2,7 @@
 
 The server runs as its own process (``python -m rtgate.cli.serve serve``), the load
 generator in this one; with ``--pin`` each gets a core of its own. Arrivals are open-loop
-(:mod:`rtgate.bench.loadgen`): request *i* is due at ``start + i / rate`` whether or not
+(:mod:`rtgate.bench._loadgen`): request *i* is due at ``start + i / rate`` whether or not
 earlier ones have been answered, and its latency is measured from that due time, so a
 stalled server or a late generator is charged in full (no coordinated omission); the
 generator's own lateness is reported as ``send_lag_ms``.
@@ -21,6 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,7 +33,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rtgate.bench.loadgen import gate_payloads, open_loop
+from rtgate.bench._loadgen import gate_payloads, open_loop
 
 __all__ = ["GOALS", "app", "run"]
 
@@ -112,6 +115,77 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: f
     raise RuntimeError(f"server not ready after {timeout_s:.0f} s:\n{log.read_text()[-2000:]}")
 
 
+@contextmanager
+def _served(
+    config: str | None, port: int, cpu: int | None, nice: int, ready_timeout_s: float
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``rtgate serve`` on ``port`` in a subprocess, ready; terminated on exit. Without a
+    ``config``, the template tier alone (:data:`BENCH_CONFIG`)."""
+    with tempfile.TemporaryDirectory(prefix="rtgate-bench-") as tmp:
+        cfg_path = config
+        if cfg_path is None:
+            cfg_path = str(Path(tmp) / "bench.toml")
+            Path(cfg_path).write_text(BENCH_CONFIG)
+        log = Path(tmp) / "server.log"
+        proc = _start_server(cfg_path, port, cpu, nice, log)
+        try:
+            _wait_ready(f"http://127.0.0.1:{port}", proc, log, ready_timeout_s)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextmanager
+def _placed(cpu: int | None, nice: int) -> Iterator[None]:
+    """This process on ``cpu`` at ``nice`` more for the block; affinity and niceness back
+    after it."""
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    niceness = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        _place(cpu, nice)
+        yield
+    finally:
+        if before is not None:
+            os.sched_setaffinity(0, before)
+        if nice:
+            os.setpriority(os.PRIO_PROCESS, 0, niceness)
+
+
+@dataclass(slots=True)
+class _Load:
+    """The open-loop run's report, and the CPU each side spent per request."""
+
+    result: dict[str, Any]
+    server_us: float
+    gen_us: float
+
+
+def _load(
+    proc: subprocess.Popen[bytes],
+    port: int,
+    payloads: list[bytes],
+    rate: float,
+    seconds: float,
+    *,
+    warmup_s: float,
+    connections: int,
+) -> _Load:
+    """Load the server open-loop; CPU per request measured on both sides."""
+    cpu0, gen0 = _cpu_s(proc.pid), time.process_time()
+    result = _run_loop(
+        open_loop("127.0.0.1", port, payloads, rate, seconds, warmup_s, connections, 10.0)
+    )
+    n_all = round(rate * (warmup_s + seconds))
+    server_us = (_cpu_s(proc.pid) - cpu0) / n_all * 1e6
+    gen_us = (time.process_time() - gen0) / n_all * 1e6
+    return _Load(result, server_us, gen_us)
+
+
 def run(
     rate: float = 1000.0,
     seconds: float = 30.0,
@@ -136,38 +210,47 @@ def run(
     port = _free_port()
     inputs = template_inputs()
     load_before = list(os.getloadavg())
-    with tempfile.TemporaryDirectory(prefix="rtgate-bench-") as tmp:
-        cfg_path = config
-        if cfg_path is None:
-            cfg_path = str(Path(tmp) / "bench.toml")
-            Path(cfg_path).write_text(BENCH_CONFIG)
-        log = Path(tmp) / "server.log"
-        proc = _start_server(cfg_path, port, server_cpu, nice, log)
-        before = os.sched_getaffinity(0) if cpus else None
-        niceness = os.getpriority(os.PRIO_PROCESS, 0)
-        try:
-            _wait_ready(f"http://127.0.0.1:{port}", proc, log, ready_timeout_s)
-            _place(client_cpu, nice)
-            payloads = gate_payloads("127.0.0.1", port, inputs, budget_ms)
-            cpu0, gen0 = _cpu_s(proc.pid), time.process_time()
-            result = _run_loop(
-                open_loop("127.0.0.1", port, payloads, rate, seconds, warmup_s, connections, 10.0)
-            )
-            n_all = round(rate * (warmup_s + seconds))
-            server_us = (_cpu_s(proc.pid) - cpu0) / n_all * 1e6
-            gen_us = (time.process_time() - gen0) / n_all * 1e6
-        finally:
-            if before is not None:
-                os.sched_setaffinity(0, before)
-            if nice:
-                os.setpriority(os.PRIO_PROCESS, 0, niceness)
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    lat = result["latency_ms"]
+    with (
+        _served(config, port, server_cpu, nice, ready_timeout_s) as proc,
+        _placed(client_cpu, nice),
+    ):
+        payloads = gate_payloads("127.0.0.1", port, inputs, budget_ms)
+        load = _load(
+            proc, port, payloads, rate, seconds, warmup_s=warmup_s, connections=connections
+        )
+    return _report(
+        load,
+        rate=rate,
+        seconds=seconds,
+        warmup_s=warmup_s,
+        budget_ms=budget_ms,
+        server_cpu=server_cpu,
+        client_cpu=client_cpu,
+        config=config,
+        connections=connections,
+        n_inputs=len(inputs),
+        nice=nice,
+        load_before=load_before,
+    )
+
+
+def _report(
+    load: _Load,
+    *,
+    rate: float,
+    seconds: float,
+    warmup_s: float,
+    budget_ms: float,
+    server_cpu: int | None,
+    client_cpu: int | None,
+    config: str | None,
+    connections: int,
+    n_inputs: int,
+    nice: int,
+    load_before: list[float],
+) -> dict[str, Any]:
+    """The JSON report: the run's settings, latencies, the load's counts, CPU, goals."""
+    lat, result = load.result["latency_ms"], load.result
     return {
         "bench": "http",
         "endpoint": "POST /v1/gate (template hits)",
@@ -185,13 +268,13 @@ def run(
             "process": "separate (rtgate serve)",
             "cpu": server_cpu,
             "config": config or "template tier only",
-            "cpu_us_per_request": round(server_us, 1),
+            "cpu_us_per_request": round(load.server_us, 1),
         },
         "generator": {
             "cpu": client_cpu,
             "connections": connections,
-            "inputs": len(inputs),
-            "cpu_us_per_request": round(gen_us, 1),
+            "inputs": n_inputs,
+            "cpu_us_per_request": round(load.gen_us, 1),
         },
         "nice": nice,
         "load_average_before": load_before,

@@ -21,7 +21,8 @@ import json
 import os
 import platform
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import numpy as np
@@ -269,12 +270,10 @@ def _sse_overhead(chunks: int = 5000) -> dict[str, Any]:
     return {"sse_parse_us_per_chunk": round(per, 2), "chunks": chunks}
 
 
-async def _via_server(rounds: int, n_threads: int) -> dict[str, Any]:
-    """SmolLM2 through ``llama_cpp.server`` + our client vs in process, interleaved.
-
-    Each prompt runs over HTTP and then in process, so both see the same machine load;
-    the overhead is the median of the paired differences.
-    """
+@asynccontextmanager
+async def _llama_server(n_threads: int) -> AsyncIterator[str]:
+    """``llama_cpp.server`` serving SmolLM2 on a free loopback port; yields its base URL
+    once it answers (or after a minute), and terminates it on exit."""
     import socket
     import subprocess
     import sys
@@ -282,10 +281,7 @@ async def _via_server(rounds: int, n_threads: int) -> dict[str, Any]:
 
     import httpx
 
-    from rtgate.backends.llamacpp import LlamaCppBackend
-    from rtgate.backends.openai_compat import OpenAICompatBackend
     from rtgate.models.locate import locate_model
-    from rtgate.tiers.llm import LLMTier
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -294,7 +290,6 @@ async def _via_server(rounds: int, n_threads: int) -> dict[str, Any]:
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--verbose", "False"]
     cmd += ["--n_threads", str(n_threads), "--n_threads_batch", str(n_threads)]
     cmd += ["--model_alias", "smollm2"]
-    local = LlamaCppBackend("smollm2", n_ctx=1024, n_threads=n_threads)
     with tempfile.TemporaryFile() as log:
         proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.DEVNULL, stderr=log)
         try:
@@ -307,28 +302,50 @@ async def _via_server(rounds: int, n_threads: int) -> dict[str, Any]:
                     except httpx.TransportError:
                         pass
                     await asyncio.sleep(0.1)
-            remote = OpenAICompatBackend(base, "smollm2")
-            tiers = [LLMTier(remote, style="chat"), LLMTier(local, style="chat")]
-            for tier in tiers:
-                await tier.warmup()
-            gens = [tiers[0].generation(Request(p)) for p in PROMPTS[5:]]  # English: SmolLM2
-            pairs: dict[str, list[float]] = {"http_ttft": [], "local_ttft": [], "d_ttft": []}
-            pairs.update(http_tpot=[], local_tpot=[], d_tpot=[])
-            for _ in range(rounds):
-                for gen in gens:
-                    runs = [await _time_generation(b, gen) for b in (remote, local)]
-                    for (ttft, e2e, tokens, _text), side in zip(
-                        runs, ("http", "local"), strict=True
-                    ):
-                        pairs[f"{side}_ttft"].append(ttft)
-                        pairs[f"{side}_tpot"].append((e2e - ttft) / max(1, tokens - 1))
-                    pairs["d_ttft"].append(pairs["http_ttft"][-1] - pairs["local_ttft"][-1])
-                    pairs["d_tpot"].append(pairs["http_tpot"][-1] - pairs["local_tpot"][-1])
-            for tier in tiers:
-                await tier.aclose()
+            yield base
         finally:
             proc.terminate()
             await asyncio.wait_for(proc.wait(), 10)
+
+
+async def _paired(
+    remote: Backend, local: Backend, gens: Sequence[Generation], rounds: int
+) -> dict[str, list[float]]:
+    """Each generation over HTTP then in process: TTFT and TPOT of each side and their
+    paired differences (``d_*``)."""
+    pairs: dict[str, list[float]] = {"http_ttft": [], "local_ttft": [], "d_ttft": []}
+    pairs.update(http_tpot=[], local_tpot=[], d_tpot=[])
+    for _ in range(rounds):
+        for gen in gens:
+            runs = [await _time_generation(b, gen) for b in (remote, local)]
+            for (ttft, e2e, tokens, _text), side in zip(runs, ("http", "local"), strict=True):
+                pairs[f"{side}_ttft"].append(ttft)
+                pairs[f"{side}_tpot"].append((e2e - ttft) / max(1, tokens - 1))
+            pairs["d_ttft"].append(pairs["http_ttft"][-1] - pairs["local_ttft"][-1])
+            pairs["d_tpot"].append(pairs["http_tpot"][-1] - pairs["local_tpot"][-1])
+    return pairs
+
+
+async def _via_server(rounds: int, n_threads: int) -> dict[str, Any]:
+    """SmolLM2 through ``llama_cpp.server`` + our client vs in process, interleaved.
+
+    Each prompt runs over HTTP and then in process, so both see the same machine load;
+    the overhead is the median of the paired differences.
+    """
+    from rtgate.backends.llamacpp import LlamaCppBackend
+    from rtgate.backends.openai_compat import OpenAICompatBackend
+    from rtgate.tiers.llm import LLMTier
+
+    local = LlamaCppBackend("smollm2", n_ctx=1024, n_threads=n_threads)
+    async with _llama_server(n_threads) as base:
+        remote = OpenAICompatBackend(base, "smollm2")
+        tiers = [LLMTier(remote, style="chat"), LLMTier(local, style="chat")]
+        for tier in tiers:
+            await tier.warmup()
+        gens = [tiers[0].generation(Request(p)) for p in PROMPTS[5:]]  # English: SmolLM2
+        pairs = await _paired(remote, local, gens, rounds)
+        for tier in tiers:
+            await tier.aclose()
     return {
         "llama_cpp_server_ttft": _pcts(pairs["http_ttft"], "ms"),
         "in_process_ttft": _pcts(pairs["local_ttft"], "ms"),

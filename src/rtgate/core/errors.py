@@ -4,7 +4,8 @@
 
     RtgateError
     ├── InvalidRequest          bad input from a caller (ValueError too)
-    │   └── InvalidBudget       budget_ms not a finite number in range
+    │   ├── InvalidBudget       budget_ms not a finite number in range
+    │   └── KeyLimitExceeded    a request asks for more than its API key allows
     ├── Declined                a tier has no answer for this request (a miss, not a fault)
     ├── BackendError            a model backend failed
     │   ├── BackendUnavailable  cannot connect, circuit open, server 5xx
@@ -13,20 +14,27 @@
     ├── QueueFull               a bounded queue refused an item (policy: reject the newcomer)
     ├── Overloaded              the server cannot answer within the budget now (retry later)
     ├── JobNotFound             no delegated job with that id
-    └── ConfigError             a configuration file or value is wrong
+    ├── ConfigError             a configuration file or value is wrong
+    │   └── ModelNotFound       model weights not installed (FileNotFoundError too)
+    ├── ApiError                an HTTP refusal with its own status and code (server)
+    └── ClientGone              the HTTP client left first; its work was cancelled (server)
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ApiError",
     "BackendError",
     "BackendProtocolError",
     "BackendUnavailable",
+    "ClientGone",
     "ConfigError",
     "Declined",
     "InvalidBudget",
     "InvalidRequest",
     "JobNotFound",
+    "KeyLimitExceeded",
+    "ModelNotFound",
     "Overloaded",
     "QueueFull",
     "RateLimited",
@@ -46,6 +54,12 @@ class InvalidRequest(RtgateError, ValueError):
 
 class InvalidBudget(InvalidRequest):
     code = "invalid_budget"
+
+
+class KeyLimitExceeded(InvalidRequest):
+    """A request asks for more than its API key allows (budget or tokens)."""
+
+    code = "key_limit_exceeded"
 
 
 class Declined(RtgateError):
@@ -91,3 +105,29 @@ class Overloaded(RtgateError):
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class ModelNotFound(ConfigError, FileNotFoundError):
+    """The weights are not installed (or a user path does not exist)."""
+
+    code = "model_not_found"
+
+
+class ApiError(RtgateError):
+    """An HTTP error with its own ``status`` and a stable ``code``; raise it from any
+    endpoint. The instance's ``code`` is the one sent, the class's is only a default."""
+
+    code = "api_error"
+
+    def __init__(self, status: int, code: str, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.param = param
+
+
+class ClientGone(RtgateError):
+    """The client disconnected before the answer was ready; the work was cancelled."""
+
+    code = "client_gone"

@@ -73,81 +73,96 @@ def _parse(body: Any, chat: bool) -> tuple[str, bool, int]:
     return model, stream, int(limit) if limit is not None else 100_000
 
 
+def _state(request: Request) -> FakeLLMState:
+    state: FakeLLMState = request.app.state.fake
+    return state
+
+
+async def _generate(request: Request, chat: bool) -> Response:
+    """Validate a completion request, draw its fault, and answer with it."""
+    state = _state(request)
+    try:
+        body = json.loads(await request.body())
+    except ValueError:
+        return _error(
+            400, "the request body is not valid JSON", "invalid_request_error", "invalid_json"
+        )
+    try:
+        model, stream, limit = _parse(body, chat)
+        spec = request.headers.get("x-fake-mode")
+        plan = parse_plan(spec) if spec else state.config.plan
+        timing = state.config.timing.with_headers(request.headers)
+    except InvalidRequest as e:
+        return _error(400, str(e), "invalid_request_error", e.code)
+    mode = plan.pick(state.rng)
+    state.counts[mode] += 1
+    if mode == "429":
+        return _error(429, "rate limited (fake-llm)", "rate_limit_error", "rate_limited")
+    if mode == "500":
+        return _error(500, "internal error (fake-llm)", "server_error", "server_error")
+    job = Job(
+        chat,
+        stream,
+        model,
+        min(limit, timing.tokens),
+        mode,
+        timing,
+        random.Random(state.rng.random()),
+        f"fake-{next(state.ids)}",
+    )
+    return FaultResponse(job, state)
+
+
+async def _chat(request: Request) -> Response:
+    return await _generate(request, chat=True)
+
+
+async def _completions(request: Request) -> Response:
+    return await _generate(request, chat=False)
+
+
+async def _models(request: Request) -> Response:
+    data = [
+        {"id": m, "object": "model", "created": 0, "owned_by": "rtgate-fake-llm"}
+        for m in _state(request).config.models
+    ]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def _stats(request: Request) -> Response:
+    return JSONResponse(_state(request).stats())
+
+
+async def _set_mode(request: Request) -> Response:
+    state = _state(request)
+    try:
+        body = json.loads(await request.body())
+        if not isinstance(body, dict) or not isinstance(body.get("mode"), str):
+            raise InvalidRequest('send {"mode": SPEC}')
+        state.config.plan = parse_plan(body["mode"])
+    except ValueError as e:
+        return _error(400, str(e) or "bad JSON", "invalid_request_error", "invalid_request")
+    return JSONResponse(state.stats())
+
+
+async def _healthz(request: Request) -> Response:
+    return JSONResponse({"ok": True})
+
+
 def create_app(config: FakeLLMConfig | None = None) -> Starlette:
-    """The fake server's ASGI app (``app.state.fake`` holds its :class:`FakeLLMState`)."""
+    """The fake server's ASGI app (``app.state.fake`` holds its :class:`FakeLLMState`, which
+    the handlers read from their request's app)."""
     cfg = config or FakeLLMConfig()
     state = FakeLLMState(cfg, random.Random(cfg.seed))
     logging.getLogger("uvicorn.error").addFilter(_QuietDrop())
-
-    async def generate(request: Request, chat: bool) -> Response:
-        try:
-            body = json.loads(await request.body())
-        except ValueError:
-            return _error(
-                400, "the request body is not valid JSON", "invalid_request_error", "invalid_json"
-            )
-        try:
-            model, stream, limit = _parse(body, chat)
-            spec = request.headers.get("x-fake-mode")
-            plan = parse_plan(spec) if spec else state.config.plan
-            timing = state.config.timing.with_headers(request.headers)
-        except InvalidRequest as e:
-            return _error(400, str(e), "invalid_request_error", e.code)
-        mode = plan.pick(state.rng)
-        state.counts[mode] += 1
-        if mode == "429":
-            return _error(429, "rate limited (fake-llm)", "rate_limit_error", "rate_limited")
-        if mode == "500":
-            return _error(500, "internal error (fake-llm)", "server_error", "server_error")
-        job = Job(
-            chat,
-            stream,
-            model,
-            min(limit, timing.tokens),
-            mode,
-            timing,
-            random.Random(state.rng.random()),
-            f"fake-{next(state.ids)}",
-        )
-        return FaultResponse(job, state)
-
-    async def chat(request: Request) -> Response:
-        return await generate(request, chat=True)
-
-    async def completions(request: Request) -> Response:
-        return await generate(request, chat=False)
-
-    async def models(request: Request) -> Response:
-        data = [
-            {"id": m, "object": "model", "created": 0, "owned_by": "rtgate-fake-llm"}
-            for m in state.config.models
-        ]
-        return JSONResponse({"object": "list", "data": data})
-
-    async def stats(request: Request) -> Response:
-        return JSONResponse(state.stats())
-
-    async def set_mode(request: Request) -> Response:
-        try:
-            body = json.loads(await request.body())
-            if not isinstance(body, dict) or not isinstance(body.get("mode"), str):
-                raise InvalidRequest('send {"mode": SPEC}')
-            state.config.plan = parse_plan(body["mode"])
-        except ValueError as e:
-            return _error(400, str(e) or "bad JSON", "invalid_request_error", "invalid_request")
-        return JSONResponse(state.stats())
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"ok": True})
-
     app = Starlette(
         routes=[
-            Route("/v1/chat/completions", chat, methods=["POST"]),
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/models", models),
-            Route("/fake/stats", stats),
-            Route("/fake/mode", set_mode, methods=["POST"]),
-            Route("/healthz", healthz),
+            Route("/v1/chat/completions", _chat, methods=["POST"]),
+            Route("/v1/completions", _completions, methods=["POST"]),
+            Route("/v1/models", _models),
+            Route("/fake/stats", _stats),
+            Route("/fake/mode", _set_mode, methods=["POST"]),
+            Route("/healthz", _healthz),
         ],
         middleware=[
             Middleware(ErrorShieldMiddleware, quiet=(ConnectionDropped,)),

@@ -30,7 +30,11 @@ _WORDS = (
 
 
 class ConnectionDropped(Exception):
-    """Raised after a partial body so the ASGI server drops the connection (``reset``)."""
+    """Raised after a partial body so the ASGI server drops the connection (``reset``).
+
+    Not in :mod:`rtgate.core.errors`: it is this server's signal to its own ASGI server,
+    never raised to a caller (the client sees a reset socket) and kept out of the logs.
+    """
 
 
 @dataclass(slots=True)

@@ -25,15 +25,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from rtgate.core.errors import ConfigError
+from rtgate.core.errors import ConfigError, ModelNotFound
 
-__all__ = ["MODELS", "ModelInfo", "ModelNotFound", "cache_dir", "locate_model"]
-
-
-class ModelNotFound(ConfigError, FileNotFoundError):
-    """The weights are not installed (or a user path does not exist)."""
-
-    code = "model_not_found"
+__all__ = ["MODELS", "ModelInfo", "cache_dir", "locate_model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +68,7 @@ def cache_dir() -> Path:
 def locate_model(name: str = "smollm2", path: str | os.PathLike[str] | None = None) -> Path:
     """Return the path of a GGUF file for ``name`` (or the user's ``path``).
 
-    Raises :class:`ModelNotFound` (a :class:`~rtgate.core.errors.ConfigError`) naming what to
+    Raises :class:`~rtgate.core.errors.ModelNotFound` (a ``ConfigError``) naming what to
     install when the weights are missing, and ``ConfigError`` for an unknown name.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing below may reach a hub

@@ -9,7 +9,7 @@ Mount order (outermost first)::
 from __future__ import annotations
 
 from rtgate.security.cors import cors_options, normalize_origin
-from rtgate.security.keys import KeyLimitExceeded, KeyPolicy, KeyRecord, KeyStore, TokenBucket
+from rtgate.security.keys import KeyPolicy, KeyRecord, KeyStore, TokenBucket
 from rtgate.security.middleware import (
     APIKeyMiddleware,
     BodyLimitMiddleware,
@@ -22,7 +22,6 @@ __all__ = [
     "APIKeyMiddleware",
     "BodyLimitMiddleware",
     "ErrorShieldMiddleware",
-    "KeyLimitExceeded",
     "KeyPolicy",
     "KeyRecord",
     "KeyStore",

@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from rtgate.core.budget import Clock
-from rtgate.core.errors import ConfigError, InvalidRequest
+from rtgate.core.errors import ConfigError, KeyLimitExceeded
 
 __all__ = [
     "KEY_PREFIX",
     "PEPPER_ENV",
-    "KeyLimitExceeded",
     "KeyPolicy",
     "KeyRecord",
     "KeyStore",
@@ -46,12 +45,6 @@ KEY_PREFIX = "rtg_"
 PEPPER_ENV = "RTGATE_KEY_PEPPER"
 MAX_KEY_CHARS = 256  # anything longer is not one of ours: refused before hashing
 _MIN_PEPPER_BYTES = 16
-
-
-class KeyLimitExceeded(InvalidRequest):
-    """A request asks for more than its API key allows."""
-
-    code = "key_limit_exceeded"
 
 
 def new_key() -> str:

@@ -26,7 +26,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import entry_points
 from importlib.metadata import version as dist_version
 from typing import Annotated, Any
@@ -39,7 +39,7 @@ from starlette.responses import Response
 
 from rtgate.assembly.build import Assembly, assemble, warm_up
 from rtgate.config.loader import Config
-from rtgate.core.errors import ConfigError
+from rtgate.core.errors import ClientGone, ConfigError
 from rtgate.gate import Gate
 from rtgate.resilience.wire import resilience_snapshot
 from rtgate.server import gate_api, openai_api, ws
@@ -47,7 +47,7 @@ from rtgate.server.error_responses import install_error_handlers
 from rtgate.server.fleet import shared_latency
 from rtgate.server.middleware_stack import OPEN_NOTE, auth_mode, server_middleware
 from rtgate.server.state import ServerState, state
-from rtgate.server.streams import ClientGone, json_response
+from rtgate.server.streams import json_response
 
 __all__ = ["ROUTER_GROUP", "create_app", "load_routers"]
 
@@ -152,6 +152,34 @@ def _announce(asm: Assembly, auth: str) -> None:
         log.info("warm-up took %.0f ms", asm.warmup_ms)
 
 
+def _gate_lifespan(
+    config: Config, assembly: Assembly | None, gate: Gate | None, do_warmup: bool, auth: str
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: assemble (or adopt) the gate, warm it, share the fleet's learned
+    latencies, and hold the :class:`ServerState` in ``app.state.rtgate`` while it runs."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        asm = assembly or (Assembly.of(gate) if gate is not None else assemble(config))
+        try:
+            async with asm.gate, shared_latency(config, asm.gate) as fleet:
+                if do_warmup:
+                    g = config.gate
+                    await warm_up(asm, g.warmup_budget_ms, g.warmup_max_tokens)
+                _announce(asm, auth)
+                st = ServerState(config, asm, auth=auth, fleet=fleet)
+                app.state.rtgate = st
+                try:
+                    yield
+                finally:
+                    app.state.rtgate = None
+                    await st.aclose()
+        finally:
+            await asm.aclose_resources()
+
+    return lifespan
+
+
 async def _client_gone(request: Request, exc: Exception) -> Response:
     return Response(status_code=499)  # nobody reads it: the client has left
 
@@ -186,30 +214,11 @@ def create_app(
     stack = server_middleware(config) if middleware is None else list(middleware)
     auth = auth_mode(stack)
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        asm = assembly or (Assembly.of(gate) if gate is not None else assemble(config))
-        try:
-            async with asm.gate, shared_latency(config, asm.gate) as fleet:
-                if do_warmup:
-                    g = config.gate
-                    await warm_up(asm, g.warmup_budget_ms, g.warmup_max_tokens)
-                _announce(asm, auth)
-                st = ServerState(config, asm, auth=auth, fleet=fleet)
-                app.state.rtgate = st
-                try:
-                    yield
-                finally:
-                    app.state.rtgate = None
-                    await st.aclose()
-        finally:
-            await asm.aclose_resources()
-
     app = FastAPI(
         title="rtgate",
         version=_version(),
         summary="A latency-budget gate for language models",
-        lifespan=lifespan,
+        lifespan=_gate_lifespan(config, assembly, gate, do_warmup, auth),
         middleware=stack,
     )
     app.state.rtgate = None

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from rtgate.core.errors import (
+    ApiError,
     BackendError,
     ConfigError,
     InvalidRequest,
@@ -31,7 +32,7 @@ from rtgate.core.errors import (
     RtgateError,
 )
 
-__all__ = ["ApiError", "error_body", "install_error_handlers"]
+__all__ = ["error_body", "install_error_handlers"]
 
 log = logging.getLogger("rtgate.server")
 
@@ -48,17 +49,6 @@ _HTTP_CODES = {
     503: "unavailable",
 }
 _TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error"}
-
-
-class ApiError(Exception):
-    """An HTTP error with a stable ``code``; raise it from any endpoint."""
-
-    def __init__(self, status: int, code: str, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.param = param
 
 
 def error_body(status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:

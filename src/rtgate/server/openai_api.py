@@ -24,10 +24,11 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
 from rtgate.core.budget import Budget
+from rtgate.core.errors import ApiError
 from rtgate.core.request import Message, Request
 from rtgate.gate import DoneEvent, GateResult, TokenEvent
 from rtgate.server import jobs
-from rtgate.server.error_responses import ApiError, error_body
+from rtgate.server.error_responses import error_body
 from rtgate.server.schemas import ChatCompletionRequest, ChatMessageIn, ErrorOut
 from rtgate.server.state import ServerState, api_key, state
 from rtgate.server.streams import json_response, sse, sse_response

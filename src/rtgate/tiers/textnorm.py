@@ -5,7 +5,7 @@ half-width forms (NFKC: ``ＡＴＭ１２３，`` → ``atm123,``), letter case,
 punctuation and symbols, spaces next to Chinese characters (``5 万`` → ``5万``) and
 thousands separators (``50,000`` → ``50000``). It keeps decimal points and ``%``.
 Apostrophes are dropped, so ``can't`` and ``cant`` are one key (the negation guard in
-:mod:`rtgate.tiers.cache_signature` looks at both spellings).
+:mod:`rtgate.tiers._cache_signature` looks at both spellings).
 """
 
 from __future__ import annotations

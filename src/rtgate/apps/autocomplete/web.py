@@ -57,6 +57,50 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
+async def _complete(request: Request) -> Response:
+    body = await request.body()
+    if len(body) > MAX_MESSAGE_BYTES:
+        return _error(413, "body_too_large", f"body over {MAX_MESSAGE_BYTES} bytes")
+    try:
+        data = json.loads(body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _error(400, "invalid_json", "the body must be a JSON object")
+    if not isinstance(data, dict) or "prefix" not in data:
+        return _error(422, "invalid_request", 'expected {"prefix": str, "budget_ms": number}')
+    engine: AutocompleteEngine = request.app.state.autocomplete
+    try:
+        res = await engine.complete(data["prefix"], data.get("budget_ms", 150.0))
+    except InvalidRequest as e:
+        return _error(422, e.code, str(e))
+    return JSONResponse(res.to_dict())
+
+
+async def _job(job_id: str, request: Request) -> Response:
+    engine: AutocompleteEngine = request.app.state.autocomplete
+    found = engine.gate.job(job_id)
+    if found is None:
+        return _error(404, "job_not_found", f"no job {job_id!r}")
+    if found.status in ("queued", "running"):
+        return JSONResponse({"job_id": job_id, "status": found.status}, status_code=202)
+    res = await engine.followup(job_id)
+    return JSONResponse({"status": found.status, **res.to_dict()})
+
+
+async def _ws(socket: WebSocket) -> None:
+    await socket.accept()
+    await _Session(socket, socket.app.state.autocomplete).run()
+
+
+async def _page() -> Response:
+    return FileResponse(STATIC / "index.html", media_type="text/html")
+
+
+async def _static(name: str) -> Response:
+    if name not in _FILES:
+        return _error(404, "not_found", f"no file {name!r}")
+    return FileResponse(STATIC / name, media_type=_FILES[name])
+
+
 def make_router(factory: EngineFactory = _default_engine) -> APIRouter:
     """A router whose lifespan builds an engine with ``factory`` (tests pass their own)."""
 
@@ -71,51 +115,18 @@ def make_router(factory: EngineFactory = _default_engine) -> APIRouter:
                 app.state.autocomplete = None
 
     r = APIRouter(lifespan=lifespan, tags=["autocomplete"])
-
-    @r.post("/v1/complete", summary="Suggestions for a typed prefix within a budget")
-    async def complete(request: Request) -> Response:
-        body = await request.body()
-        if len(body) > MAX_MESSAGE_BYTES:
-            return _error(413, "body_too_large", f"body over {MAX_MESSAGE_BYTES} bytes")
-        try:
-            data = json.loads(body or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "invalid_json", "the body must be a JSON object")
-        if not isinstance(data, dict) or "prefix" not in data:
-            return _error(422, "invalid_request", 'expected {"prefix": str, "budget_ms": number}')
-        engine: AutocompleteEngine = request.app.state.autocomplete
-        try:
-            res = await engine.complete(data["prefix"], data.get("budget_ms", 150.0))
-        except InvalidRequest as e:
-            return _error(422, e.code, str(e))
-        return JSONResponse(res.to_dict())
-
-    @r.get("/v1/complete/jobs/{job_id}", summary="The cloud's suggestions for a job")
-    async def job(job_id: str, request: Request) -> Response:
-        engine: AutocompleteEngine = request.app.state.autocomplete
-        found = engine.gate.job(job_id)
-        if found is None:
-            return _error(404, "job_not_found", f"no job {job_id!r}")
-        if found.status in ("queued", "running"):
-            return JSONResponse({"job_id": job_id, "status": found.status}, status_code=202)
-        res = await engine.followup(job_id)
-        return JSONResponse({"status": found.status, **res.to_dict()})
-
-    @r.websocket("/v1/complete/ws")
-    async def ws(socket: WebSocket) -> None:
-        await socket.accept()
-        await _Session(socket, socket.app.state.autocomplete).run()
-
-    @r.get("/", include_in_schema=False)
-    async def page() -> Response:
-        return FileResponse(STATIC / "index.html", media_type="text/html")
-
-    @r.get("/autocomplete/{name}", include_in_schema=False)
-    async def static(name: str) -> Response:
-        if name not in _FILES:
-            return _error(404, "not_found", f"no file {name!r}")
-        return FileResponse(STATIC / name, media_type=_FILES[name])
-
+    # the names are the routes' (and the OpenAPI operation ids') names, without the ``_``
+    summary = "Suggestions for a typed prefix within a budget"
+    r.add_api_route("/v1/complete", _complete, methods=["POST"], name="complete", summary=summary)
+    summary = "The cloud's suggestions for a job"
+    r.add_api_route(
+        "/v1/complete/jobs/{job_id}", _job, methods=["GET"], name="job", summary=summary
+    )
+    r.add_api_websocket_route("/v1/complete/ws", _ws, name="ws")
+    r.add_api_route("/", _page, methods=["GET"], name="page", include_in_schema=False)
+    r.add_api_route(
+        "/autocomplete/{name}", _static, methods=["GET"], name="static", include_in_schema=False
+    )
     return r
 
 

@@ -20,9 +20,11 @@ import os
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
@@ -36,7 +38,11 @@ from rtgate.apps.guard.pipeline import Guard
 from rtgate.apps.guard.rt import quiet_gc, realtime
 from rtgate.apps.guard.rtbroker import realtime_broker
 from rtgate.apps.guard.rules import Rule, Rules
-from rtgate.apps.guard.simulate import make_set
+from rtgate.apps.guard.simulate import Clip, make_set
+
+if TYPE_CHECKING:
+    from rtgate.apps.guard.explain_child import ExplainProcess
+    from rtgate.apps.guard.store import WorkOrder
 
 __all__ = ["bench_app", "run"]
 
@@ -100,6 +106,253 @@ def _single_stream_us(model: Path | None, n: int = 1000) -> list[float]:
     return out[50:]
 
 
+@dataclass(slots=True)
+class _Fleet:
+    """The simulated stations: station ``i`` replays clip ``clip_of[i]``."""
+
+    names: list[str]
+    clips: list[Clip]  # one per station (shared objects when stations share a motor)
+    clip_of: np.ndarray
+    audio: np.ndarray  # (window, distinct clip, sample)
+    onsets: np.ndarray  # fault onset in seconds per station, inf when healthy
+    n_win: int
+
+    @classmethod
+    def simulate(
+        cls,
+        streams: int,
+        seconds: float,
+        *,
+        unique_clips: int,
+        seed: int,
+        fault_share: float,
+        severity_db: tuple[float, float],
+    ) -> _Fleet:
+        distinct = make_set(
+            min(streams, unique_clips),
+            "unseen",
+            seed=seed,
+            seconds=seconds,
+            fault_share=fault_share,
+            severity_db=severity_db,
+        )
+        n_win = int(seconds * RATE) // HOP
+        audio = np.stack([c.audio[: n_win * HOP].reshape(n_win, HOP) for c in distinct], axis=1)
+        clip_of = np.arange(streams) % len(distinct)
+        clips = [distinct[i] for i in clip_of]
+        onsets = np.array([c.onset_s if c.onset_s is not None else np.inf for c in clips])
+        names = [f"s{i:03d}" for i in range(streams)]
+        return cls(names, clips, clip_of, audio, onsets, n_win)
+
+
+@dataclass(slots=True)
+class _Ticks:
+    """What the stop path did, tick by tick (``t0``: UNIX time of the audio's start)."""
+
+    keep_scores: bool
+    t0: float = 0.0
+    tick_ms: list[float] = field(default_factory=list)
+    infer_ms: list[float] = field(default_factory=list)
+    features_ms: list[float] = field(default_factory=list)
+    late_ms: list[float] = field(default_factory=list)
+    scores: list[np.ndarray] = field(default_factory=list)
+
+
+def _play(guard: Guard, fleet: _Fleet, ticks: _Ticks, idle: Callable[[], None] | None) -> None:
+    """Feed every station's windows to ``guard`` in real time, one tick per 20 ms."""
+    streams = len(fleet.names)
+    frame = np.ones((streams, HOP), dtype=np.float32)  # its pages touched before tick 1
+    # a running guard has just done a tick when the next window ends; after the setup
+    # (a full collection, the subscriber's start) its caches are cold, so it warms up
+    # again, and the first window ends one window later
+    guard.warm_up(4)
+    ticks.t0 = t0 = time.time()
+    for j in range(fleet.n_win):
+        due = t0 + (j + 1) * HOP / RATE
+        wait = due - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        ticks.late_ms.append(max(0.0, (time.time() - due) * 1000))
+        np.take(fleet.audio[j], fleet.clip_of, axis=0, out=frame)
+        c0 = time.perf_counter()
+        guard.process(frame, due)
+        ticks.tick_ms.append((time.perf_counter() - c0) * 1000)
+        ticks.infer_ms.append(guard.infer_s * 1000)
+        ticks.features_ms.append(guard.features_s * 1000)
+        if ticks.keep_scores:
+            ticks.scores.append(guard.last_scores.copy())
+        if idle is not None:
+            idle()
+
+
+@dataclass(slots=True)
+class _Stops:
+    """The stops the subscriber received, judged against each station's fault onset."""
+
+    e2e: list[float] = field(default_factory=list)  # window end -> receipt
+    to_pub: list[float] = field(default_factory=list)  # window end -> publish
+    to_sub: list[float] = field(default_factory=list)  # publish -> receipt
+    onset_ms: list[float] = field(default_factory=list)  # fault onset -> first stop
+    false_stops: int = 0
+    detected: set[int] = field(default_factory=set)
+    by_sev: dict[str, list[float]] = field(default_factory=dict)
+    by_fault: dict[str, list[float]] = field(default_factory=dict)  # outer, inner, ball
+
+    @classmethod
+    def judge(cls, got: list[tuple[float, dict[str, Any]]], fleet: _Fleet, t0: float) -> _Stops:
+        st = cls()
+        idx = {n: i for i, n in enumerate(fleet.names)}
+        for recv, msg in got:
+            i = idx[msg["station"]]
+            st.e2e.append((recv - msg["window_end_ts"]) * 1000)
+            st.to_pub.append((msg["ts"] - msg["window_end_ts"]) * 1000)
+            st.to_sub.append((recv - msg["ts"]) * 1000)
+            onset_wall = t0 + fleet.onsets[i]
+            if msg["window_end_ts"] < onset_wall:
+                st.false_stops += 1
+            elif i not in st.detected:
+                st.detected.add(i)
+                st.onset_ms.append((recv - onset_wall) * 1000)
+                clip = fleet.clips[i]
+                lo = 3 * int(clip.severity_db // 3)
+                st.by_sev.setdefault(f"{lo}-{lo + 3} dB", []).append(st.onset_ms[-1])
+                st.by_fault.setdefault(str(clip.fault), []).append(st.onset_ms[-1])
+        return st
+
+
+def _setup_report(
+    fleet: _Fleet, seconds: float, llm_inline: bool, rt_priority: int, worker: ExplainProcess
+) -> dict[str, Any]:
+    return {
+        "streams": len(fleet.names),
+        "unique_clips": len(set(fleet.clip_of.tolist())),
+        "seconds": seconds,
+        "llm_inline": llm_inline,
+        "rt_priority": rt_priority,
+        "explainer": worker.explainer,
+        "cores": os.cpu_count(),
+    }
+
+
+def _compute_report(ticks: _Ticks, streams: int, model: Path | None) -> dict[str, Any]:
+    per_window_us = [1000 * t / streams for t in ticks.infer_ms]
+    return {
+        "features_batch_ms": _pct(ticks.features_ms, 50, 99),
+        "infer_batch_ms": _pct(ticks.infer_ms, 50, 99),
+        "infer_per_window_us": _pct(per_window_us, 50, 99),
+        "infer_single_stream_us": _pct(_single_stream_us(model), 50, 99),
+        "tick_compute_ms": _pct(ticks.tick_ms, 50, 99),
+    }
+
+
+def _stops_report(st: _Stops, fleet: _Fleet, n_received: int) -> dict[str, Any]:
+    faulty = int(np.isfinite(fleet.onsets).sum())
+    return {
+        "window_end_to_receipt_ms": {
+            **_pct(st.e2e, 50, 99),
+            "max": round(max(st.e2e), 3) if st.e2e else None,
+        },
+        "window_end_to_publish_ms": _pct(st.to_pub, 50, 99),
+        "publish_to_receipt_ms": _pct(st.to_sub, 50, 99),
+        "onset_to_stop_ms": {
+            **_pct(st.onset_ms, 50, 95),
+            "max": round(max(st.onset_ms), 1) if st.onset_ms else None,
+        },
+        "onset_to_stop_ms_by_severity": {
+            k: {"n": len(v), **_pct(v, 50, 95)}
+            for k, v in sorted(st.by_sev.items(), key=lambda kv: int(kv[0].split("-")[0]))
+        },
+        "onset_to_stop_ms_by_fault": {
+            k: {"n": len(v), **_pct(v, 50, 95)} for k, v in sorted(st.by_fault.items())
+        },
+        "stops_received": n_received,
+        "faulty_stations": faulty,
+        "false_stops": st.false_stops,
+        "misses": faulty - len(st.detected),
+    }
+
+
+def _timing_report(ticks: _Ticks, n_win: int) -> dict[str, Any]:
+    audio_s = n_win * HOP / RATE
+    return {
+        "real_time_factor": round(sum(ticks.tick_ms) / 1000 / audio_s, 4),
+        "late_ticks": int(sum(1 for x in ticks.late_ms if x > HOP / RATE * 1000)),
+        "late_ms": _pct(ticks.late_ms, 50, 99),
+    }
+
+
+def _orders_report(orders: list[WorkOrder], worker: ExplainProcess) -> dict[str, Any]:
+    order_ms = [(o.created_ts - o.stop_ts) * 1000 for o in orders]
+    return {
+        "work_orders": len(orders),
+        "stop_to_order_ms": _pct(order_ms, 50, 95),
+        "orders_by": {k: sum(1 for o in orders if o.explainer == k) for k in ("llm", "rules")},
+        "explain_dropped": worker.dropped + worker.stats.get("dropped", 0),
+    }
+
+
+def _fill_record(
+    record: dict[str, Any],
+    fleet: _Fleet,
+    ticks: _Ticks,
+    receipts: list[tuple[float, dict[str, Any]]],
+    orders: list[WorkOrder],
+) -> None:
+    record.update(
+        t0=ticks.t0,
+        names=fleet.names,
+        onsets_s=fleet.onsets.tolist(),
+        severity_db=[c.severity_db if c.fault is not None else None for c in fleet.clips],
+        scores=np.array(ticks.scores),
+        receipts=receipts,
+        orders=orders,
+        tick_ms=ticks.tick_ms,
+        features_ms=ticks.features_ms,
+        infer_ms=ticks.infer_ms,
+        late_ms=ticks.late_ms,
+    )
+
+
+def _through_broker(
+    broker: str,
+    fleet: _Fleet,
+    worker: ExplainProcess,
+    ticks: _Ticks,
+    *,
+    model: Path | None,
+    llm_inline: bool,
+    rt_priority: int,
+    cooldown_s: float,
+) -> tuple[bool, list[tuple[float, dict[str, Any]]]]:
+    """Play the stations through the stop path and the broker to the subscriber, then stop
+    the explainer. Returns whether the stop path ran at real-time priority, and the receipts.
+    """
+    b = Broker.parse(broker)
+    run_id = uuid.uuid4().hex[:8]
+    rules = Rules(Rule(topic=f"rtgate/bench/{run_id}/{{station}}/stop", cooldown_s=cooldown_s))
+    sub = _Subscriber(b, f"rtgate/bench/{run_id}/+/stop", rt_priority)
+    with realtime(rt_priority) as rt_on, ExitStack() as quiet:  # before the MQTT threads
+        pub = StopPublisher(b, f"bench-pub-{run_id}")
+        if not pub.start(wait_s=5.0):
+            raise ConnectionError(f"broker {broker} unreachable")
+        guard = Guard(
+            fleet.names,
+            rules,
+            pub,
+            detector=Detector(model, n_streams=len(fleet.names)),
+            on_stop=None if llm_inline else worker.offer,
+            before_publish=worker.inline if llm_inline else None,
+        )
+        # with the stop path at a real-time priority, garbage is collected between ticks
+        _play(guard, fleet, ticks, quiet.enter_context(quiet_gc()) if rt_on else None)
+        pub.wait_delivered(5.0)
+        time.sleep(0.2)  # let the last receipts arrive
+    worker.stop(timeout_s=60.0)
+    sub.close()
+    pub.close()
+    return rt_on, sub.got
+
+
 def run(
     streams: int = 64,
     seconds: float = 10.0,
@@ -126,157 +379,40 @@ def run(
     from rtgate.apps.guard.explain_child import ExplainConfig, ExplainProcess
     from rtgate.apps.guard.store import WorkOrderStore
 
-    b = Broker.parse(broker)
-    run_id = uuid.uuid4().hex[:8]
-    names = [f"s{i:03d}" for i in range(streams)]
-    clips = make_set(
-        min(streams, unique_clips),
-        "unseen",
+    Broker.parse(broker)  # a bad address fails before anything starts
+    fleet = _Fleet.simulate(
+        streams,
+        seconds,
+        unique_clips=unique_clips,
         seed=seed,
-        seconds=seconds,
         fault_share=fault_share,
         severity_db=severity_db,
     )
-    n_win = int(seconds * RATE) // HOP
-    # windows of the distinct clips, (window, clip, sample); station i replays clip i % n
-    audio = np.stack([c.audio[: n_win * HOP].reshape(n_win, HOP) for c in clips], axis=1)
-    clip_of = np.arange(streams) % len(clips)
-    clips = [clips[i] for i in clip_of]
-    onsets = np.array([c.onset_s if c.onset_s is not None else np.inf for c in clips])
-    rules = Rules(Rule(topic=f"rtgate/bench/{run_id}/{{station}}/stop", cooldown_s=seconds))
-
     db_path = db or Path(tempfile.mkdtemp(prefix="rtgate-guard-bench-")) / "orders.sqlite"
     worker = ExplainProcess(ExplainConfig(str(db_path), llm=llm)).start()
-    infer_ms: list[float] = []
-    features_ms: list[float] = []
-    tick_ms: list[float] = []
-    late_ms: list[float] = []
-    trace: list[np.ndarray] = []
-    sub = _Subscriber(b, f"rtgate/bench/{run_id}/+/stop", rt_priority)
-    with realtime(rt_priority) as rt_on, ExitStack() as quiet:  # before the MQTT threads
-        pub = StopPublisher(b, f"bench-pub-{run_id}")
-        if not pub.start(wait_s=5.0):
-            raise ConnectionError(f"broker {broker} unreachable")
-        guard = Guard(
-            names,
-            rules,
-            pub,
-            detector=Detector(model, n_streams=streams),
-            on_stop=None if llm_inline else worker.offer,
-            before_publish=worker.inline if llm_inline else None,
-        )
-        frame = np.ones((streams, HOP), dtype=np.float32)  # its pages touched before tick 1
-        # with the stop path at a real-time priority, garbage is collected between ticks
-        idle = quiet.enter_context(quiet_gc()) if rt_on else None
-        # a running guard has just done a tick when the next window ends; after the setup
-        # above (a full collection, the subscriber's start) its caches are cold, so it
-        # warms up again, and the first window ends one window later
-        guard.warm_up(4)
-        t0 = time.time()
-        for j in range(n_win):
-            due = t0 + (j + 1) * HOP / RATE
-            wait = due - time.time()
-            if wait > 0:
-                time.sleep(wait)
-            late_ms.append(max(0.0, (time.time() - due) * 1000))
-            np.take(audio[j], clip_of, axis=0, out=frame)
-            c0 = time.perf_counter()
-            guard.process(frame, due)
-            tick_ms.append((time.perf_counter() - c0) * 1000)
-            infer_ms.append(guard.infer_s * 1000)
-            features_ms.append(guard.features_s * 1000)
-            if record is not None:
-                trace.append(guard.last_scores.copy())
-            if idle is not None:
-                idle()
-        pub.wait_delivered(5.0)
-        time.sleep(0.2)  # let the last receipts arrive
-    worker.stop(timeout_s=60.0)
-    sub.close()
-    pub.close()
-
-    idx = {n: i for i, n in enumerate(names)}
-    e2e, onset_ms, to_pub, to_sub = [], [], [], []
-    false_stops, detected = 0, set()
-    by_sev: dict[str, list[float]] = {}
-    by_fault: dict[str, list[float]] = {}  # outer race, inner race, ball
-    for recv, msg in sub.got:
-        i = idx[msg["station"]]
-        e2e.append((recv - msg["window_end_ts"]) * 1000)
-        to_pub.append((msg["ts"] - msg["window_end_ts"]) * 1000)
-        to_sub.append((recv - msg["ts"]) * 1000)
-        onset_wall = t0 + onsets[i]
-        if msg["window_end_ts"] < onset_wall:
-            false_stops += 1
-        elif i not in detected:
-            detected.add(i)
-            onset_ms.append((recv - onset_wall) * 1000)
-            lo = 3 * int(clips[i].severity_db // 3)
-            by_sev.setdefault(f"{lo}-{lo + 3} dB", []).append(onset_ms[-1])
-            by_fault.setdefault(str(clips[i].fault), []).append(onset_ms[-1])
-    faulty = int(np.isfinite(onsets).sum())
+    ticks = _Ticks(keep_scores=record is not None)
+    rt_on, got = _through_broker(
+        broker,
+        fleet,
+        worker,
+        ticks,
+        model=model,
+        llm_inline=llm_inline,
+        rt_priority=rt_priority,
+        cooldown_s=seconds,
+    )
+    stops = _Stops.judge(got, fleet, ticks.t0)
     orders = WorkOrderStore(db_path).list(limit=1_000_000)
-    order_ms = [(o.created_ts - o.stop_ts) * 1000 for o in orders]
     if record is not None:
-        record.update(
-            t0=t0,
-            names=names,
-            onsets_s=onsets.tolist(),
-            severity_db=[c.severity_db if c.fault is not None else None for c in clips],
-            scores=np.array(trace),
-            receipts=sub.got,
-            orders=orders,
-            tick_ms=tick_ms,
-            features_ms=features_ms,
-            infer_ms=infer_ms,
-            late_ms=late_ms,
-        )
-    per_window_us = [1000 * t / streams for t in infer_ms]
-    audio_s = n_win * HOP / RATE
-    single = _single_stream_us(model)
-    result = {
-        "streams": streams,
-        "unique_clips": len(set(clip_of.tolist())),
-        "seconds": seconds,
-        "llm_inline": llm_inline,
-        "rt_priority": rt_priority if rt_on else 0,
-        "explainer": worker.explainer,
-        "cores": os.cpu_count(),
-        "features_batch_ms": _pct(features_ms, 50, 99),
-        "infer_batch_ms": _pct(infer_ms, 50, 99),
-        "infer_per_window_us": _pct(per_window_us, 50, 99),
-        "infer_single_stream_us": _pct(single, 50, 99),
-        "tick_compute_ms": _pct(tick_ms, 50, 99),
-        "window_end_to_receipt_ms": {
-            **_pct(e2e, 50, 99),
-            "max": round(max(e2e), 3) if e2e else None,
-        },
-        "window_end_to_publish_ms": _pct(to_pub, 50, 99),
-        "publish_to_receipt_ms": _pct(to_sub, 50, 99),
-        "onset_to_stop_ms": {
-            **_pct(onset_ms, 50, 95),
-            "max": round(max(onset_ms), 1) if onset_ms else None,
-        },
-        "onset_to_stop_ms_by_severity": {
-            k: {"n": len(v), **_pct(v, 50, 95)}
-            for k, v in sorted(by_sev.items(), key=lambda kv: int(kv[0].split("-")[0]))
-        },
-        "onset_to_stop_ms_by_fault": {
-            k: {"n": len(v), **_pct(v, 50, 95)} for k, v in sorted(by_fault.items())
-        },
-        "stops_received": len(sub.got),
-        "faulty_stations": faulty,
-        "false_stops": false_stops,
-        "misses": faulty - len(detected),
-        "real_time_factor": round(sum(tick_ms) / 1000 / audio_s, 4),
-        "late_ticks": int(sum(1 for x in late_ms if x > HOP / RATE * 1000)),
-        "late_ms": _pct(late_ms, 50, 99),
-        "work_orders": len(orders),
-        "stop_to_order_ms": _pct(order_ms, 50, 95),
-        "orders_by": {k: sum(1 for o in orders if o.explainer == k) for k in ("llm", "rules")},
-        "explain_dropped": worker.dropped + worker.stats.get("dropped", 0),
+        _fill_record(record, fleet, ticks, got, orders)
+    setup = _setup_report(fleet, seconds, llm_inline, rt_priority if rt_on else 0, worker)
+    return {
+        **setup,
+        **_compute_report(ticks, streams, model),
+        **_stops_report(stops, fleet, len(got)),
+        **_timing_report(ticks, fleet.n_win),
+        **_orders_report(orders, worker),
     }
-    return result
 
 
 @bench_app.command("guard")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,63 @@ def roc_auc(scores: npt.ArrayLike, labels: npt.ArrayLike) -> float:
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+@dataclass(slots=True)
+class _Replay:
+    """Clips streamed through the detector and the rules: every window's score (clip x
+    window), each clip's first stop after its onset (audio seconds), the stops before it."""
+
+    scores: npt.NDArray[np.float32]
+    onsets: npt.NDArray[np.float64]  # inf for a healthy clip
+    first_stop: dict[int, float] = field(default_factory=dict)
+    false_stops: int = 0
+
+
+def _replay(model: str | Path | None, clips: list[Clip], rules: Rules) -> _Replay:
+    """Step all clips together through the detector and the rule engine, as stations do."""
+    n = len(clips)
+    t_len = min(len(c.audio) for c in clips) // HOP
+    det = Detector(model, n_streams=n)
+    eng = RuleEngine(rules, [f"clip{i}" for i in range(n)])
+    wf = WindowFeatures()
+    audio = np.stack([c.audio[: t_len * HOP] for c in clips]).reshape(n, t_len, HOP)
+    onsets = np.array([c.onset_s if c.onset_s is not None else np.inf for c in clips])
+    r = _Replay(np.zeros((n, t_len), np.float32), onsets)
+    for t in range(t_len):
+        end = (t + 1) * HOP / RATE
+        r.scores[:, t] = det.step(wf(audio[:, t]))
+        for d in eng.feed(r.scores[:, t], end):
+            if end < onsets[d.index]:
+                r.false_stops += 1
+            elif d.index not in r.first_stop:
+                r.first_stop[d.index] = end
+    return r
+
+
+def _by_level(clips: list[Clip], faulty_clips: list[int], r: _Replay) -> dict[str, Any]:
+    """Clips, misses and onset-to-stop percentiles per fault level (4 dB bands)."""
+    by_level: dict[str, dict[str, Any]] = {}
+    for i in faulty_clips:
+        lo = 4 * int(clips[i].severity_db // 4)
+        band = by_level.setdefault(f"{lo}-{lo + 4} dB", {"n": 0, "misses": 0, "ms": []})
+        band["n"] += 1
+        if i in r.first_stop:
+            band["ms"].append(1000 * (r.first_stop[i] - r.onsets[i]))
+        else:
+            band["misses"] += 1
+    for band in by_level.values():
+        ms = band.pop("ms")
+        for q in (50, 95):
+            band[f"p{q}"] = round(float(np.percentile(ms, q)), 1) if ms else None
+    return dict(sorted(by_level.items(), key=lambda kv: int(kv[0].split("-")[0])))
+
+
+def _rule_text(rules: Rules) -> str:
+    rule = rules.default.describe()
+    if rules.default.instant:
+        rule += f", or score>={rules.default.instant_at:g} in 1 window"
+    return rule
+
+
 def evaluate_clips(
     model: str | Path | None,
     clips: list[Clip],
@@ -62,63 +120,29 @@ def evaluate_clips(
 ) -> dict[str, Any]:
     """Run ``clips`` as parallel streams; return the metrics described in the module doc."""
     rules = rules or Rules()
-    n = len(clips)
-    t_len = min(len(c.audio) for c in clips) // HOP
-    det = Detector(model, n_streams=n)
-    eng = RuleEngine(rules, [f"clip{i}" for i in range(n)])
-    wf = WindowFeatures()
-    audio = np.stack([c.audio[: t_len * HOP] for c in clips]).reshape(n, t_len, HOP)
-    scores = np.zeros((n, t_len), np.float32)
-    first_stop: dict[int, float] = {}
-    false_stops = 0
-    onsets = np.array([c.onset_s if c.onset_s is not None else np.inf for c in clips])
-    for t in range(t_len):
-        end = (t + 1) * HOP / RATE
-        scores[:, t] = det.step(wf(audio[:, t]))
-        for d in eng.feed(scores[:, t], end):
-            if end < onsets[d.index]:
-                false_stops += 1
-            elif d.index not in first_stop:
-                first_stop[d.index] = end
-    ends = (np.arange(t_len) + 1) * HOP / RATE
+    r = _replay(model, clips, rules)
+    scores, onsets = r.scores, r.onsets
+    ends = (np.arange(scores.shape[1]) + 1) * HOP / RATE
     healthy = ends[None, :] < onsets[:, None]
     faulty = ends[None, :] >= onsets[:, None] + 0.04
     keep = healthy | faulty
     faulty_clips = [i for i, c in enumerate(clips) if c.fault is not None]
-    delays = [1000 * (first_stop[i] - onsets[i]) for i in faulty_clips if i in first_stop]
+    delays = [1000 * (r.first_stop[i] - onsets[i]) for i in faulty_clips if i in r.first_stop]
     pct = (lambda q: round(float(np.percentile(delays, q)), 1)) if delays else (lambda q: None)
-    by_level: dict[str, dict[str, Any]] = {}
-    for i in faulty_clips:
-        lo = 4 * int(clips[i].severity_db // 4)
-        band = by_level.setdefault(f"{lo}-{lo + 4} dB", {"n": 0, "misses": 0, "ms": []})
-        band["n"] += 1
-        if i in first_stop:
-            band["ms"].append(1000 * (first_stop[i] - onsets[i]))
-        else:
-            band["misses"] += 1
-    for band in by_level.values():
-        ms = band.pop("ms")
-        for q in (50, 95):
-            band[f"p{q}"] = round(float(np.percentile(ms, q)), 1) if ms else None
     healthy_h = float(healthy.sum()) * HOP / RATE / 3600
-    rule = rules.default.describe()
-    if rules.default.instant:
-        rule += f", or score>={rules.default.instant_at:g} in 1 window"
     return {
-        "clips": n,
+        "clips": len(clips),
         "faulty_clips": len(faulty_clips),
         "windows": int(keep.sum()),
         "window_auc": round(roc_auc(scores[keep], faulty[keep]), 5),
         "clip_auc": round(roc_auc(scores.max(1), np.isfinite(onsets)), 5),
-        "rule": rule,
-        "false_stops": false_stops,
+        "rule": _rule_text(rules),
+        "false_stops": r.false_stops,
         "healthy_hours": round(healthy_h, 3),
-        "false_stops_per_hour": round(false_stops / healthy_h, 2) if healthy_h else None,
+        "false_stops_per_hour": round(r.false_stops / healthy_h, 2) if healthy_h else None,
         "misses": len(faulty_clips) - len(delays),
         "onset_to_stop_ms": {"p50": pct(50), "p95": pct(95), "max": pct(100)},
-        "onset_to_stop_ms_by_level": dict(
-            sorted(by_level.items(), key=lambda kv: int(kv[0].split("-")[0]))
-        ),
+        "onset_to_stop_ms_by_level": _by_level(clips, faulty_clips, r),
         "scores": scores if with_scores else None,
     }
 

@@ -189,14 +189,29 @@ class WindowFeatures:
         return out
 
     def _block(self, x: F32, out: F32) -> None:
-        n, nb = len(x), len(CREST_BANDS)
-        s = self._scratch(n)
+        nb = len(CREST_BANDS)
+        s = self._scratch(len(x))
+        spec = self._spectrum(s, x)
+        self._log_mel(s, spec, out[:, :N_MELS])
+        e = self._band_energy(s, spec)
+        mean = self._crest(s, e, out[:, N_MELS : N_MELS + nb])
+        self._periodicity(s, e, mean, out[:, N_MELS + nb :])
+
+    @staticmethod
+    def _spectrum(s: _Scratch, x: F32) -> npt.NDArray[np.complex64]:
+        """The rFFT of each window, in ``s.ext`` between a free bin at each end."""
+        n = len(x)
         xd, spec64 = s.x[:n], s.spec64[:n]
         xd[...] = x
         np.fft.rfft(xd, axis=1, out=spec64)
-        ext = s.ext[:n]
-        spec = ext[:, 1:-1]
+        spec = s.ext[:n, 1:-1]
         spec[...] = spec64
+        return spec
+
+    def _log_mel(self, s: _Scratch, spec: npt.NDArray[np.complex64], mel: F32) -> None:
+        """Log mel energies of the Hann-windowed spectrum, into ``mel``."""
+        n = len(spec)
+        ext = s.ext[:n]
         # periodic Hann applied in the frequency domain (mirror the neighbours at the ends),
         # doubled: X[k] - (X[k-1] + X[k+1]) / 2; the mel weights carry the 1/4 back (scaling
         # by powers of two is exact, so this equals 0.5 X[k] - 0.25 (...) bit for bit)
@@ -208,15 +223,18 @@ class WindowFeatures:
         hann += spec
         parts = hann.view(np.float32)  # re, im, re, im, ...
         np.square(parts, out=parts)
-        power = s.power[:n]
+        power, weighted = s.power[:n], s.weighted[:n]
         np.add(parts[:, 0::2], parts[:, 1::2], out=power)
-        mel, weighted = out[:, :N_MELS], s.weighted[:n]
         for k in (0, 1):
             np.multiply(power, self._mel_w[k], out=weighted)
             np.add.reduceat(weighted, self._mel_starts[k], axis=1, out=mel[:, k::2])
         mel += np.float32(1e-10)
         np.log(mel, out=mel)
-        # band envelopes: each band back in the time domain, energy per sub-frame
+
+    def _band_energy(self, s: _Scratch, spec: npt.NDArray[np.complex64]) -> F32:
+        """Each crest band back in the time domain, its energy per sub-frame ``(n, bands,
+        sub-frames)``."""
+        n, nb = len(spec), len(CREST_BANDS)
         band_spec, band = s.band_spec[:n], s.band[:n]
         for j, (k0, k1) in enumerate(self._bands):
             band_spec[:, j, k0:k1] = spec[:, k0:k1]
@@ -225,19 +243,30 @@ class WindowFeatures:
         np.square(band, out=band)
         e = s.e[:n]
         np.einsum("nbsk->nbs", band.reshape(n, nb, _N_SUB, _SUB), out=e)
+        return e
+
+    @staticmethod
+    def _crest(s: _Scratch, e: F32, crest: F32) -> F32:
+        """``log(max / mean)`` of each band's envelope into ``crest``; returns the means."""
+        n = len(e)
         mean, peak, e_t = s.mean[:n], s.peak[:n], s.e_t[:, :n]
         np.einsum("nbs->nb", e, out=mean)
         mean *= np.float32(1.0 / _N_SUB)
         np.einsum("nbs->snb", e, out=e_t)
         np.maximum.reduce(e_t, axis=0, out=peak)
-        crest = out[:, N_MELS : N_MELS + nb]
         peak += np.float32(1e-12)
         np.add(mean, np.float32(1e-12), out=crest)
         np.divide(peak, crest, out=crest)
         np.log(crest, out=crest)
+        return mean
+
+    def _periodicity(self, s: _Scratch, e: F32, mean: F32, period: F32) -> None:
+        """The highest normalised autocorrelation of each envelope over ``_LAGS``, into
+        ``period``. Uses up ``s.peak`` (the crest is done with it)."""
+        n, nb = len(e), len(CREST_BANDS)
         d = s.d[:n]
         np.subtract(e, mean[..., None], out=d)
-        var = s.peak[:n]  # the peak is used up
+        var = s.peak[:n]
         np.einsum("nbs,nbs->nb", d, d, out=var)
         var *= np.float32(1.0 / _N_SUB)
         var += np.float32(1e-20)
@@ -247,7 +276,6 @@ class WindowFeatures:
         np.einsum("rt,rtk->kr", rows, s.lagged[: n * nb], out=ac)
         ac /= self._lag_len[:, None]  # mean over the overlap, as ``(d[:-k] * d[k:]).mean()``
         np.maximum.reduce(ac, axis=0, out=ac_max)
-        period = out[:, N_MELS + nb :]
         period[...] = ac_max.reshape(n, nb)
         np.divide(period, var, out=period)
         np.clip(period, -1.0, 1.0, out=period)

@@ -55,6 +55,7 @@ __all__ = ["GOALS", "gated_session", "run", "summarize"]
 
 GOALS = {"frame_p99_ms": 1000.0 / 60.0, "missed_frames": 0, "intent_latency_frames_p99": 10}
 FAST_ROUTES = ("template", "local")
+_FPS = 60.0
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -167,6 +168,48 @@ def summarize(stats: LoopStats, exchanges: Sequence[Exchange]) -> dict[str, Any]
     }
 
 
+@contextmanager
+def _gil_switch_interval(seconds: float) -> Iterator[None]:
+    """The interpreter's GIL switch interval set to ``seconds`` for the block."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def _inline_ablation(
+    sg: SyncGate, tiers: ModelTiers, seconds: float, frame_sched: FrameSched
+) -> dict[str, Any]:
+    """The same script with the local model called inline in the frame: what it costs."""
+    inline = InlineDialogue(inline_answer(sg, tiers.local))
+    game = Game(default_world(_FPS), inline, script_lines(seconds))
+    with frame_priority(frame_sched):
+        stats = run_loop(game, round(seconds * _FPS), RealClock())
+    ab = summarize(stats, inline.exchanges)
+    return {
+        "frames": ab["frames"],
+        "frame_ms": {"p99": ab["frame_ms"]["p99"], "max": ab["frame_ms"]["max"]},
+        "missed_frames": ab["missed_frames"],
+        "model_calls": len(inline.exchanges),
+    }
+
+
+def _gate_report(sg: SyncGate, dialogue: GatedDialogue) -> dict[str, Any]:
+    """What the gate did in the gated run: cancels, refusals, dropped follow-ups, tier p99s."""
+    snap = sg.gate.snapshot()
+    return {
+        "cancelled": dialogue.cancelled,
+        "refused": dialogue.refused,
+        "dropped_followups": sg.stats()["dropped_followups"],
+        "tiers_p99_ms": {
+            name: {"ttft": round(t["ttft_p99_ms"], 1), "total": round(t["total_p99_ms"], 1)}
+            for name, t in snap["tiers"].items()
+        },
+    }
+
+
 def run(
     seconds: float = 30.0,
     *,
@@ -186,41 +229,22 @@ def run(
     ``frame_sched``: how the frame thread is scheduled during the loops (see
     :func:`frame_priority`).
     """
-    fps = 60.0
-    frames = round(seconds * fps)
     load_before = round(os.getloadavg()[0], 2)
-    old_switch = sys.getswitchinterval()
-    sys.setswitchinterval(switch_interval_s)  # a frame waits at most this long for the GIL
-    try:
+    with _gil_switch_interval(switch_interval_s):
         t0 = time.perf_counter()
         session = gated_session(model, local_threads=local_threads, cloud_threads=cloud_threads)
         with session as (sg, tiers):
             warm_s = time.perf_counter() - t0
             warm = sg.warm
             dialogue = GatedDialogue(sg, budget_ms)
-            game = Game(default_world(fps), dialogue, script_lines(seconds))
+            game = Game(default_world(_FPS), dialogue, script_lines(seconds))
             with frame_priority(frame_sched) as applied_sched:
-                stats = run_loop(game, frames, RealClock(), on_frame=on_frame)
+                stats = run_loop(game, round(seconds * _FPS), RealClock(), on_frame=on_frame)
             report = summarize(stats, dialogue.exchanges)
-            snap = sg.gate.snapshot()
-            sync_stats = sg.stats()
+            gate = _gate_report(sg, dialogue)
             ab_s = seconds if ablation_seconds is None else ablation_seconds
-            ablation: dict[str, Any] = {}
-            if ab_s > 0:
-                inline = InlineDialogue(inline_answer(sg, tiers.local))
-                game2 = Game(default_world(fps), inline, script_lines(ab_s))
-                with frame_priority(frame_sched):
-                    ab_stats = run_loop(game2, round(ab_s * fps), RealClock())
-                ab = summarize(ab_stats, inline.exchanges)
-                ablation = {
-                    "frames": ab["frames"],
-                    "frame_ms": {"p99": ab["frame_ms"]["p99"], "max": ab["frame_ms"]["max"]},
-                    "missed_frames": ab["missed_frames"],
-                    "model_calls": len(inline.exchanges),
-                }
+            ablation = _inline_ablation(sg, tiers, ab_s, frame_sched) if ab_s > 0 else {}
             tokens = {name: be.engine_stats.generated_tokens for name, be in tiers.backends.items()}
-    finally:
-        sys.setswitchinterval(old_switch)
     report.update(
         {
             "inline_ablation": ablation,
@@ -230,15 +254,7 @@ def run(
             "warm": warm,
             "frame_thread_sched": applied_sched,
             "warmup_s": round(warm_s, 2),
-            "gate": {
-                "cancelled": dialogue.cancelled,
-                "refused": dialogue.refused,
-                "dropped_followups": sync_stats["dropped_followups"],
-                "tiers_p99_ms": {
-                    name: {"ttft": round(t["ttft_p99_ms"], 1), "total": round(t["total_p99_ms"], 1)}
-                    for name, t in snap["tiers"].items()
-                },
-            },
+            "gate": gate,
             "generated_tokens": tokens,
             "load_avg_1m": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
             "goals": GOALS,

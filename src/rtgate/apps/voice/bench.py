@@ -108,6 +108,20 @@ class CallResult:
     by_rule: list[tuple[str, float]] = field(default_factory=list)
     slow: list[dict[str, Any]] = field(default_factory=list)
 
+    def add(self, r: CallResult) -> None:
+        """Add one call's results to these totals."""
+        self.first_audio_ms += r.first_audio_ms
+        self.decision_ms += r.decision_ms
+        self.decode_ms += r.decode_ms
+        self.rules += r.rules
+        self.by_rule += r.by_rule
+        self.slow += r.slow
+        self.bargein_stop_ms += r.bargein_stop_ms
+        self.turns += r.turns
+        self.cut_ins += r.cut_ins
+        self.missed_bargeins += r.missed_bargeins
+        self.cut_in_details += r.cut_in_details
+
 
 def _script(rng: random.Random, clips: dict[str, Clip], lang: str, n: int) -> list[Turn]:
     mine = [c for c in clips.values() if c.lang == lang]
@@ -281,20 +295,16 @@ async def _run(
     async with VoiceModels(cfg) as models:
         for n in range(calls):
             lang = "zh" if n % 2 == 0 else "en"
-            r = await _call(models, _script(rng, clips, lang, n), rng, lang)
-            total.first_audio_ms += r.first_audio_ms
-            total.decision_ms += r.decision_ms
-            total.decode_ms += r.decode_ms
-            total.rules += r.rules
-            total.by_rule += r.by_rule
-            total.slow += r.slow
-            total.bargein_stop_ms += r.bargein_stop_ms
-            total.turns += r.turns
-            total.cut_ins += r.cut_ins
-            total.missed_bargeins += r.missed_bargeins
-            total.cut_in_details += r.cut_in_details
+            total.add(await _call(models, _script(rng, clips, lang, n), rng, lang))
         questions = [c for c in clips.values() if c.kind in ("question", "deep")]
         serial = await _serial(models, questions, serial_hangover_ms)
+    return _report(calls, total, serial, serial_hangover_ms, cfg)
+
+
+def _report(
+    calls: int, total: CallResult, serial: list[float], serial_hangover_ms: float, cfg: VoiceConfig
+) -> dict[str, Any]:
+    """The JSON report: the calls' totals, the serial baseline and the settings."""
     return {
         "calls": calls,
         "turns": total.turns,
@@ -310,9 +320,9 @@ async def _run(
         },
         "bargeins": len(total.bargein_stop_ms),
         "missed_bargeins": total.missed_bargeins,
-        "asr_model": asr_model,
-        "semantic_turns": semantic_turns,
-        "asr_step_s": asr_step_s,
+        "asr_model": cfg.asr_model,
+        "semantic_turns": cfg.semantic_turns,
+        "asr_step_s": cfg.asr_step_s,
         "llm": cfg.llm,
         "cloud": "emulated cloud-70b (local model + CLOUD_70B latency)",
         "turn_end_rules": {k: total.rules.count(k) for k in sorted(set(total.rules))},
