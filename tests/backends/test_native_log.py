@@ -14,7 +14,7 @@ from rtgate.backends.native_log import ENV
 pytestmark = pytest.mark.slow
 
 _LOAD = (
-    "from rtgate.backends.llama_engine import LlamaEngine\n"
+    "from rtgate.backends._llama_engine import LlamaEngine\n"
     "from rtgate.models.locate import locate_model\n"
     "LlamaEngine(locate_model('gemma3-270m'), n_ctx=512, n_threads=1)\n"
     "print('loaded')\n"
