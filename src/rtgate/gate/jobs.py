@@ -11,8 +11,7 @@ nothing outside this process answers, so no caller needs to know which queue it 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
+import secrets
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -35,12 +34,11 @@ __all__ = [
 
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
-_seq = itertools.count(1)
-_prefix = os.urandom(3).hex()
-
 
 def new_job_id() -> str:
-    return f"job-{_prefix}-{next(_seq)}"
+    """An id nobody can guess or count to: 128 random bits. With an owner on its request
+    (``meta["owner"]``, see :attr:`Job.owner`) only that owner may read or cancel it."""
+    return f"job-{secrets.token_urlsafe(16)}"
 
 
 @dataclass(slots=True)
@@ -63,6 +61,16 @@ class Job:
     @property
     def finished_ok(self) -> bool:
         return self.status == "done"
+
+    @property
+    def owner(self) -> str | None:
+        """Who may read or cancel it (the request's ``meta["owner"]``: an API key id), or
+        ``None``: whoever holds its id (an open server)."""
+        meta = getattr(self.request, "meta", None)
+        if meta is None and isinstance(self.request, Mapping):
+            meta = self.request.get("meta")
+        owner = meta.get("owner") if isinstance(meta, Mapping) else None
+        return owner if isinstance(owner, str) else None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -32,7 +32,7 @@ from rtgate.gate import DoneEvent, GateResult, TokenEvent
 from rtgate.server import jobs
 from rtgate.server.error_responses import error_body
 from rtgate.server.schemas import ErrorOut, GateAnswer, GateBody, JobOut
-from rtgate.server.state import ServerState, api_key, get_state, state
+from rtgate.server.state import ServerState, api_key, get_state, owner_of, state
 from rtgate.server.streams import (
     answer_dict,
     follow_job,
@@ -122,7 +122,8 @@ async def _events(
                     yield sse("done", answer_dict(result))
         if follow and unclaimed is not None:
             ping_s = st.config.server.sse_ping_s
-            async for chunk in follow_job(jobs.wait(st, unclaimed), ping_s):
+            owner = req.meta.get("owner")
+            async for chunk in follow_job(jobs.wait(st, unclaimed, owner), ping_s):
                 yield chunk
         unclaimed = None
     except Exception as e:  # the response has started: report in-band, never a traceback
@@ -141,15 +142,33 @@ async def _events(
 )
 async def get_job(
     job_id: str,
+    http: HttpRequest,
     st: Annotated[ServerState, Depends(state)],
     wait_ms: Annotated[
         float, Query(ge=0, le=60_000, description="Wait up to this long for it to finish.")
     ] = 0,
 ) -> Response:
     """Status and, once finished, the result of a delegated job. With a broker (Redis,
-    NATS), any replica answers, whichever took the request."""
-    job = await jobs.find(st, job_id)  # JobNotFound -> 404
+    NATS), any replica answers, whichever took the request. A job created with an API key
+    is that key's: any other key gets 404, as for an id that never existed."""
+    owner = owner_of(api_key(http))
+    job = await jobs.find(st, job_id, owner)  # JobNotFound -> 404
     if wait_ms > 0 and job.status not in ("done", "failed", "cancelled"):
         with contextlib.suppress(TimeoutError):
-            job = await asyncio.wait_for(jobs.wait(st, job_id), wait_ms / 1000.0)
+            job = await asyncio.wait_for(jobs.wait(st, job_id, owner), wait_ms / 1000.0)
+    return json_response(job.to_dict())
+
+
+@router.delete(
+    "/v1/jobs/{job_id}",
+    response_model=JobOut,
+    responses={404: {"model": ErrorOut}},
+    summary="Cancel one's delegated job",
+)
+async def delete_job(
+    job_id: str, http: HttpRequest, st: Annotated[ServerState, Depends(state)]
+) -> Response:
+    """Cancel a delegated job that is queued or running (on any replica); the job as it is
+    then. Only its owner may: another key gets 404. A finished job is returned as it is."""
+    job = await jobs.cancel_mine(st, job_id, owner_of(api_key(http)))
     return json_response(job.to_dict())

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 
+from rtgate.core.errors import JobNotFound
 from rtgate.gate import GateResult
 from rtgate.gate.jobs import Job
 from rtgate.server.state import ServerState
 
-__all__ = ["MIN_CONFIRM_S", "cancel", "confirm_job", "find", "wait"]
+__all__ = ["MIN_CONFIRM_S", "cancel", "cancel_mine", "confirm_job", "find", "wait"]
 
 MIN_CONFIRM_S = 0.010
 """The least time given to the broker to confirm a job, even when the budget is spent."""
@@ -53,14 +54,34 @@ async def confirm_job(st: ServerState, result: GateResult) -> GateResult:
     return result
 
 
-async def find(st: ServerState, job_id: str) -> Job:
-    """The job, from this replica or the broker. Raises ``JobNotFound``."""
-    return await st.gate.find_job(job_id)
+async def find(st: ServerState, job_id: str, owner: str | None = None) -> Job:
+    """The job, from this replica or the broker, if ``owner`` may see it. Raises
+    ``JobNotFound``, the same for another owner's job as for an id that never existed."""
+    return _mine(await st.gate.find_job(job_id), owner)
 
 
-async def wait(st: ServerState, job_id: str) -> Job:
-    """The finished job, wherever it was submitted. Raises ``JobNotFound``."""
+async def wait(st: ServerState, job_id: str, owner: str | None = None) -> Job:
+    """The finished job, wherever it was submitted, if ``owner`` may see it. Raises
+    ``JobNotFound``."""
+    await find(st, job_id, owner)
     return await st.gate.wait_job(job_id)
+
+
+def _mine(job: Job, owner: str | None) -> Job:
+    if job.owner is not None and job.owner != owner:
+        raise JobNotFound(f"no job {job.id!r}")
+    return job
+
+
+async def cancel_mine(st: ServerState, job_id: str, owner: str | None) -> Job:
+    """Cancel ``owner``'s job (queued or running, on any replica); the job as it is then.
+    Raises ``JobNotFound``."""
+    job = await find(st, job_id, owner)
+    if job.status in ("queued", "running"):
+        st.gate.stop_job(job_id)
+        local = st.gate.job(job_id)
+        job = local if local is not None else job
+    return job
 
 
 def cancel(st: ServerState, job_id: str) -> None:

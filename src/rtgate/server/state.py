@@ -36,7 +36,15 @@ from rtgate.server.arrival import arrival_of
 from rtgate.server.streams import unless_disconnected
 from rtgate.tiers.textnorm import lang_of
 
-__all__ = ["DEFAULT_MAX_TOKENS", "ServerState", "api_key", "get_state", "key_store", "state"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "ServerState",
+    "api_key",
+    "get_state",
+    "key_store",
+    "owner_of",
+    "state",
+]
 
 log = logging.getLogger("rtgate.server")
 DEFAULT_MAX_TOKENS = 128
@@ -239,8 +247,19 @@ class ServerState:
             temperature=0.0 if temperature is None else temperature,
             stop=tuple(stop),
             delegate=delegate,
-            meta={"placeholder": placeholder},
+            meta={"placeholder": placeholder, **owner_meta(key)},
         )
+
+
+def owner_of(key: KeyRecord | None) -> str | None:
+    """Who owns the jobs a request with ``key`` creates: the key (its id), or nobody on an
+    open server, where a job's 128-bit random id is what grants access to it."""
+    return None if key is None else f"key:{key.key_id}"
+
+
+def owner_meta(key: KeyRecord | None) -> dict[str, str]:
+    owner = owner_of(key)
+    return {} if owner is None else {"owner": owner}
 
 
 def get_state(conn: HTTPConnection) -> ServerState:

@@ -49,7 +49,7 @@ from rtgate.security.keys import KeyRecord, KeyStore
 from rtgate.server import jobs
 from rtgate.server.error_responses import error_body
 from rtgate.server.schemas import WsRequest
-from rtgate.server.state import ServerState, api_key, get_state, key_store
+from rtgate.server.state import ServerState, api_key, get_state, key_store, owner_of
 from rtgate.server.streams import answer_dict, dumps
 
 __all__ = ["Session", "router"]
@@ -235,7 +235,7 @@ class Session:
 
     async def _followup(self, seq: int, job_id: str) -> None:
         try:
-            job = await jobs.wait(self.st, job_id)
+            job = await jobs.wait(self.st, job_id, owner_of(self.key))
         except asyncio.CancelledError:
             jobs.cancel(self.st, job_id)  # the client cancelled or left: nobody will read it
             raise
