@@ -9,6 +9,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -234,3 +235,34 @@ async def test_the_answer_cache_is_shared_through_redis(prefix: str) -> None:
         if keys:
             await cleaner.delete(*keys)
         await cleaner.aclose()
+
+
+async def test_a_jobs_owner_is_checked_on_every_replica(prefix: str, tmp_path: Path) -> None:
+    from rtgate.security import KeyPolicy, KeyStore
+    from rtgate.security.keys import PEPPER_ENV
+    from rtgate.server.middleware_stack import server_middleware
+
+    store = KeyStore("pepper-for-the-replica-tests-0123")
+    key_a, _ = store.create("a", KeyPolicy())
+    key_b, _ = store.create("b", KeyPolicy())
+    store.save(tmp_path / "keys.json")
+    env = {"RTGATE_SECURITY_API_KEYS_FILE": str(tmp_path / "keys.json")}
+    env[PEPPER_ENV] = "pepper-for-the-replica-tests-0123"
+    apps = []
+    for _ in range(2):
+        _, gate = replica(prefix)
+        cfg = load_config(env=env)
+        cfg.delegation = DelegationSettings(backend="redis", prefix=prefix, poll_s=0.05)
+        cfg.server.discover_routers = False
+        apps.append(create_app(cfg, gate=gate, warmup=False, middleware=server_middleware(cfg)))
+    as_a = {"Authorization": f"Bearer {key_a}"}
+    as_b = {"Authorization": f"Bearer {key_b}"}
+    async with serving(apps[0]) as one, serving(apps[1]) as two, asyncio.timeout(10):
+        r = await one.post("/v1/gate", json={"input": "limit?", "budget_ms": 150}, headers=as_a)
+        job_id = r.json()["job_id"]
+        assert job_id is not None
+        on_other_replica = await two.get(f"/v1/jobs/{job_id}", headers=as_a)
+        other_key = await two.get(f"/v1/jobs/{job_id}", headers=as_b)
+        cancel_other = await two.delete(f"/v1/jobs/{job_id}", headers=as_b)
+    assert on_other_replica.status_code == 200
+    assert other_key.status_code == 404 and cancel_other.status_code == 404

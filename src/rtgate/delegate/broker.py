@@ -258,7 +258,9 @@ class BrokerQueue(JobQueue, ABC):
         if local is not None:
             self._deliver(record)  # finishes the local job (once) if the record is a result
             return local
-        return apply_result(Job(job_id, str(record.get("tier", "")), None, 0.0), record)
+        owner = record.get("owner")  # who may read it, on every replica (Job.owner)
+        request = {"meta": {"owner": owner}} if isinstance(owner, str) else None
+        return apply_result(Job(job_id, str(record.get("tier", "")), request, 0.0), record)
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a job wherever it is: finished here as ``cancelled``, and recorded so on

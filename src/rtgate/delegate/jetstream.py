@@ -175,6 +175,7 @@ class JetStreamQueue(BrokerQueue):
 
     def _record(self, job: Job, status: str, attempts: int = 0) -> bytes:
         d = job.to_dict()
+        d["owner"] = job.owner
         d["status"] = status
         d["attempts"] = attempts
         return json.dumps(d, separators=(",", ":")).encode()

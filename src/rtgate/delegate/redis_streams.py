@@ -4,7 +4,7 @@ Keys, with ``prefix`` (default ``rtgate``; on Redis Cluster give it a hash tag s
 ``rtgate:{q1}`` so one queue's keys share a slot)::
 
     {prefix}:jobs          stream of jobs waiting or in flight; group "workers"
-    {prefix}:job:{id}      hash: status, tier, reply, attempts, worker, result (JSON); TTL
+    {prefix}:job:{id}      hash: status, tier, owner, reply, attempts, worker, result (JSON); TTL
     {prefix}:done:{replica} pub/sub channel: results for the replica holding the caller
 
 Bound: a Lua script refuses a job when ``XLEN >= maxsize`` and otherwise adds it and its
@@ -45,7 +45,7 @@ local n = redis.call('XLEN', KEYS[1])
 if n >= tonumber(ARGV[1]) then return {0, n} end
 redis.call('XADD', KEYS[1], '*', 'job', ARGV[2])
 redis.call('HSET', KEYS[2], 'id', ARGV[4], 'tier', ARGV[5], 'status', 'queued',
-           'created', ARGV[6], 'reply', ARGV[7], 'attempts', 0)
+           'created', ARGV[6], 'reply', ARGV[7], 'attempts', 0, 'owner', ARGV[8])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 return {1, n + 1}
 """
@@ -158,7 +158,7 @@ class RedisStreamsQueue(BrokerQueue):
         async with self.redis.pipeline(transaction=False) as pipe:
             for job, payload in batch:
                 args: list[_Arg] = [self.maxsize, payload, self.result_ttl_s, job.id, job.tier]
-                args += [job.created, self.replica]
+                args += [job.created, self.replica, job.owner or ""]
                 await self._submit(keys=[self.stream, self.key(job.id)], args=args, client=pipe)
             replies = await pipe.execute()
         self._depth = int(replies[-1][1]) if replies else self._depth
@@ -191,6 +191,8 @@ class RedisStreamsQueue(BrokerQueue):
                 continue
             rec = json.loads(h["result"]) if "result" in h else {"id": job_id}
             rec.setdefault("tier", h.get("tier", ""))
+            if h.get("owner"):
+                rec["owner"] = h["owner"]
             if h.get("created"):
                 rec.setdefault("created", float(h["created"]))
             rec["status"] = h.get("status")
