@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Attempt", "Outcome", "Trace"]
+from rtgate.core.errors import RtgateError
+
+__all__ = ["Attempt", "Outcome", "Trace", "error_detail"]
 
 Outcome = Literal[
     "answered",  # produced the answer
@@ -67,3 +69,16 @@ class Trace:
             "hedged": self.hedged,
             "attempts": [a.to_dict() for a in self.attempts],
         }
+
+
+MAX_DETAIL = 200
+
+
+def error_detail(e: BaseException) -> str:
+    """What a trace or a job record may say about an error that a tier raised: rtgate's
+    own message (written to be shown), cut to ``MAX_DETAIL`` characters; for any other
+    exception only its type, since a library's message can quote what it was given (a
+    prompt template, the request, another user's text)."""
+    if isinstance(e, RtgateError):
+        return f"{type(e).__name__}: {str(e)[:MAX_DETAIL]}"
+    return type(e).__name__

@@ -19,7 +19,7 @@ from rtgate.core.background import Background
 from rtgate.core.errors import Declined
 from rtgate.core.metrics import GateMetrics
 from rtgate.core.request import Piece
-from rtgate.core.trace import Attempt
+from rtgate.core.trace import Attempt, error_detail
 from rtgate.gate.choice import Choice
 from rtgate.gate.hedging import first_hedged
 from rtgate.gate.types import GateConfig, Run, TokenEvent, as_piece
@@ -70,7 +70,7 @@ class Executor:
             run.remember_delegable(tier)
         except Exception as e:  # a failing tier must not fail the request
             att.outcome = "error"
-            att.detail = f"{type(e).__name__}: {e}"
+            att.detail = error_detail(e)
         now = clock()
         att.ended_ms = (now - t0) * 1000.0
         if first is None:

@@ -16,6 +16,7 @@ from rtgate.core.budget import Budget, use_budget
 from rtgate.core.errors import Declined
 from rtgate.core.latency import LatencyModel
 from rtgate.core.request import Piece, Request
+from rtgate.core.trace import error_detail
 from rtgate.gate.jobs import Job
 from rtgate.tiers.base import Tier
 
@@ -68,7 +69,7 @@ async def run_tier_job(
     except Declined as e:
         job.status, job.error = "failed", f"declined: {e}"
     except Exception as e:
-        job.status, job.error = "failed", f"{type(e).__name__}: {e}"
+        job.status, job.error = "failed", error_detail(e)
     finally:
         end = budget.clock()
         job.text = "".join(p.text for p in parts)
