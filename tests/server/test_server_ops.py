@@ -94,3 +94,9 @@ async def test_openapi_schema_documents_every_endpoint() -> None:
     assert "X-Budget-Ms" in [p["name"] for p in gate_op["parameters"]]
     assert "text/event-stream" in gate_op["responses"]["200"]["content"]
     assert "GateBody" in schema["components"]["schemas"]
+
+
+async def test_healthz_answers_head_too() -> None:
+    async with running() as (_, client):
+        r = await client.head("/healthz")
+    assert r.status_code == 200 and r.content == b""

@@ -103,6 +103,9 @@ async def healthz(st: Annotated[ServerState, Depends(state)]) -> Response:
     return json_response(body)
 
 
+ops.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
+
+
 @ops.get("/metrics", summary="Prometheus metrics of the gate")
 async def metrics(st: Annotated[ServerState, Depends(state)]) -> Response:
     return Response(generate_latest(st.gate.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -46,11 +46,11 @@ async def test_cloud_answer_has_a_job_that_can_be_polled(client: httpx.AsyncClie
     ("payload", "status", "code"),
     [
         (b"{not json", 400, "invalid_json"),
-        (b'{"budget_ms": 150}', 422, "invalid_request"),
-        (b'{"prefix": 12}', 422, "invalid_request"),
-        (b'{"prefix": "abc", "budget_ms": -1}', 422, "invalid_budget"),
-        (b'{"prefix": "abc", "budget_ms": "fast"}', 422, "invalid_budget"),
-        (('{"prefix": "' + "x" * 300 + '"}').encode(), 422, "invalid_request"),
+        (b'{"budget_ms": 150}', 400, "invalid_request"),
+        (b'{"prefix": 12}', 400, "invalid_request"),
+        (b'{"prefix": "abc", "budget_ms": -1}', 400, "invalid_budget"),
+        (b'{"prefix": "abc", "budget_ms": "fast"}', 400, "invalid_budget"),
+        (('{"prefix": "' + "x" * 300 + '"}').encode(), 400, "invalid_request"),
         (b'{"prefix": "' + b"x" * 5000 + b'"}', 413, "body_too_large"),
     ],
 )

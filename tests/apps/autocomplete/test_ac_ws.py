@@ -34,15 +34,20 @@ class FakeSocket:
     """What ``_Session`` needs of a WebSocket: messages in from a queue, out to a list."""
 
     def __init__(self) -> None:
-        self.inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        self.inbox: asyncio.Queue[str | bytes | None] = asyncio.Queue()
         self.sent: list[dict[str, Any]] = []
         self.arrived = asyncio.Event()
+        self.closed: int | None = None
 
-    async def receive_text(self) -> str:
+    async def receive(self) -> dict[str, Any]:
         msg = await self.inbox.get()
         if msg is None:
             raise WebSocketDisconnect()
-        return msg
+        key = "bytes" if isinstance(msg, bytes) else "text"
+        return {"type": "websocket.receive", key: msg}
+
+    async def close(self, code: int) -> None:
+        self.closed = code
 
     async def send_text(self, text: str) -> None:
         self.sent.append(json.loads(text))
@@ -124,3 +129,25 @@ async def test_bad_messages_get_an_error_and_the_session_goes_on(
         sock.inbox.put_nowait(None)
         await runner
     assert ok["route"] == "template"
+
+
+async def test_unusable_frames_get_an_error_and_a_close_code(reader: Reader) -> None:
+    """A lone surrogate or a huge nested frame: an error in the one shape, and the session
+    goes on;
+    a binary frame: an error, then close 1003."""
+    async with engine_with(reader) as engine:
+        sock = FakeSocket()
+        session = _Session(sock, engine)  # type: ignore[arg-type]
+        task = asyncio.create_task(session.run())
+        sock.inbox.put_nowait('{"seq": 1, "prefix": "\\ud800"}')
+        err = await sock.next("error")
+        assert (
+            err["error"]["type"] == "invalid_request_error"
+            and "surrogate" in err["error"]["message"]
+        )
+        sock.inbox.put_nowait("[" * 5000 + "]" * 5000)  # refused by size before parsing
+        assert (await sock.next("error"))["error"]["code"] == "invalid_request"
+        sock.inbox.put_nowait(b"\x00\x01")
+        assert (await sock.next("error"))["error"]["code"] == "unsupported_frame"
+        await task
+        assert sock.closed == 1003

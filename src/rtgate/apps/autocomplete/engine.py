@@ -40,6 +40,7 @@ from rtgate.apps.autocomplete.tiers import (
 from rtgate.core.budget import Budget
 from rtgate.core.errors import InvalidBudget, InvalidRequest, JobNotFound
 from rtgate.core.request import Request
+from rtgate.core.text_rules import check_text
 from rtgate.domains.loader import INTENTS, load_corpus, load_templates
 from rtgate.gate import Gate, GateConfig
 from rtgate.gate.inprocess_queue import InProcessQueue
@@ -117,9 +118,7 @@ def check_prefix(prefix: Any) -> str:
         raise InvalidRequest(f"prefix must be a string, got {type(prefix).__name__}")
     if len(prefix) > MAX_PREFIX_CHARS:
         raise InvalidRequest(f"prefix is {len(prefix)} characters; at most {MAX_PREFIX_CHARS}")
-    if "\x00" in prefix:
-        raise InvalidRequest("prefix must not contain NUL characters")
-    return prefix
+    return check_text(prefix, "prefix")
 
 
 def build_reader(examples: Sequence[Example] | None = None) -> Reader:

@@ -39,6 +39,7 @@ from rtgate.apps.autocomplete.engine import (
     check_prefix,
 )
 from rtgate.core.errors import InvalidRequest
+from rtgate.server.error_responses import error_body
 
 __all__ = ["STATIC", "make_router", "router"]
 
@@ -54,7 +55,8 @@ def _default_engine() -> AutocompleteEngine:
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+    """The server's one error shape: ``{"error": {"code", "message", "type"}}``."""
+    return JSONResponse(error_body(status, code, message), status_code=status)
 
 
 async def _complete(request: Request) -> Response:
@@ -63,15 +65,15 @@ async def _complete(request: Request) -> Response:
         return _error(413, "body_too_large", f"body over {MAX_MESSAGE_BYTES} bytes")
     try:
         data = json.loads(body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return _error(400, "invalid_json", "the body must be a JSON object")
     if not isinstance(data, dict) or "prefix" not in data:
-        return _error(422, "invalid_request", 'expected {"prefix": str, "budget_ms": number}')
+        return _error(400, "invalid_request", 'expected {"prefix": str, "budget_ms": number}')
     engine: AutocompleteEngine = request.app.state.autocomplete
     try:
         res = await engine.complete(data["prefix"], data.get("budget_ms", 150.0))
     except InvalidRequest as e:
-        return _error(422, e.code, str(e))
+        return _error(400, e.code, str(e))
     return JSONResponse(res.to_dict())
 
 
@@ -130,6 +132,10 @@ def make_router(factory: EngineFactory = _default_engine) -> APIRouter:
     return r
 
 
+def _invalid(message: str) -> dict[str, Any]:
+    return error_body(400, "invalid_request", message)
+
+
 class _Session:
     """One socket: the latest prefix is answered; older inline work is cancelled and at
     most one cloud job is alive (the latest prefix's)."""
@@ -150,7 +156,13 @@ class _Session:
     async def run(self) -> None:
         try:
             while True:
-                raw = await self.socket.receive_text()
+                msg = await self.socket.receive()
+                if msg["type"] == "websocket.disconnect":
+                    break
+                raw = msg.get("text")
+                if raw is None:  # a binary frame: this protocol is JSON text
+                    await self.refuse(1003, "unsupported_frame", "send JSON text frames")
+                    break
                 await self.handle(raw)
         except WebSocketDisconnect:
             pass
@@ -167,6 +179,11 @@ class _Session:
             self.engine.cancel(self.job)
             self.job = None
 
+    async def refuse(self, code: int, error: str, message: str) -> None:
+        """Say why, then close with ``code``: the frame itself is unusable."""
+        await self.send({"type": "error", "seq": None, **error_body(400, error, message)})
+        await self.socket.close(code)
+
     async def handle(self, raw: str) -> None:
         try:
             if len(raw) > MAX_MESSAGE_BYTES:
@@ -179,8 +196,11 @@ class _Session:
                 raise InvalidRequest("seq must be an integer")
             prefix = check_prefix(msg.get("prefix"))
             budget = check_budget(msg.get("budget_ms", 150.0))
+        except RecursionError:
+            await self.send({"type": "error", "seq": None, **_invalid("JSON nested too deeply")})
+            return
         except (InvalidRequest, json.JSONDecodeError) as e:
-            await self.send({"type": "error", "seq": None, "error": {"message": str(e)}})
+            await self.send({"type": "error", "seq": None, **_invalid(str(e))})
             return
         if seq <= self.latest:
             await self.send({"type": "stale", "seq": seq})
