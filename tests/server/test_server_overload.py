@@ -85,7 +85,7 @@ def _chat() -> dict[str, Any]:
     return {"model": "auto", "messages": [{"role": "user", "content": "hi"}], "budget_ms": 300}
 
 
-async def test_past_max_inflight_a_request_is_shed_and_the_others_are_served() -> None:
+async def test_past_max_inflight_the_door_refuses_at_once_and_the_others_are_served() -> None:
     config: Config = server_only_config()
     config.server.max_inflight = 1
     tier = HeldTier()
@@ -95,10 +95,12 @@ async def test_past_max_inflight_a_request_is_shed_and_the_others_are_served() -
         first = asyncio.create_task(client.post("/v1/gate", json=body))
         await tier.entered.wait()
         second = await client.post("/v1/gate", json=body)
+        health = await client.get("/healthz")  # not an answer route: always let in
         tier.release.set()
         done = await first
-    assert second.json()["route"] == "silent"
-    assert "max_inflight" in second.json()["trace"]["degraded"]
+    assert second.status_code == 503 and second.headers["retry-after"] == "1"
+    assert second.json()["error"]["code"] == "overloaded"
+    assert health.status_code == 200
     assert done.json()["answer"] == "held answer" and tier.calls == 1
 
 

@@ -52,11 +52,11 @@ class ServerConfig:
     watch_disconnect_ms: float = setting(50.0, ge=0)
     ws_queue: int = setting(256, ge=1)
     ws_max_followups: int = setting(64, ge=0)
-    # Overload: at most max_connections sockets (uvicorn answers 503 past it) and
-    # max_inflight requests in the gate at once; a request past max_inflight, or one whose
-    # budget (counted from its arrival) has less than shed_margin_ms left when its handler
-    # runs, is answered at once: the placeholder, or with overload = "error" a 503 with
-    # Retry-After. Nothing is answered late because it waited in a queue.
+    # Overload: at most max_connections sockets (uvicorn answers 503 past it); past
+    # max_inflight answer requests in progress the front door answers 503 with Retry-After
+    # at once (rtgate.server.door); a request whose budget (counted from its arrival) has
+    # less than shed_margin_ms left when its handler runs is answered at once: the
+    # placeholder, or with overload = "error" a 503 with Retry-After.
     max_connections: int | None = setting(2048, ge=1)
     max_inflight: int = setting(256, ge=1)
     shed_margin_ms: float = setting(5.0, ge=0)

@@ -5,6 +5,7 @@ default, outermost first::
 
     ArrivalMiddleware          stamps the request's arrival (if the protocol did not)
     ErrorShieldMiddleware      an escaped exception -> JSON 500 with a reference id
+    FrontDoor                  past server.max_inflight answer requests: 503 at once
     CORSMiddleware             only when cors_origins lists some (exact origins)
     BodyLimitMiddleware        413 past server.max_body_bytes (the server's only one)
     APIKeyMiddleware           only with api_keys_file: 401 / 429 before any work
@@ -37,6 +38,7 @@ from rtgate.security import (
     install_redaction,
 )
 from rtgate.server.arrival import ArrivalMiddleware
+from rtgate.server.door import FrontDoor
 
 __all__ = [
     "OPEN_NOTE",
@@ -71,6 +73,7 @@ def server_middleware(config: Config, keys: KeyStore | None = None) -> list[Midd
     sec = config.security
     store = keys if keys is not None else load_keys(config)
     stack = [Middleware(ArrivalMiddleware), Middleware(ErrorShieldMiddleware)]
+    stack.append(Middleware(FrontDoor, limit=config.server.max_inflight))
     if sec.cors_origins:
         stack.append(Middleware(CORSMiddleware, **cors_options(sec.cors_origins)))
     stack.append(Middleware(BodyLimitMiddleware, max_bytes=config.server.max_body_bytes))

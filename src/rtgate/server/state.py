@@ -139,20 +139,18 @@ class ServerState:
         self, conn: HTTPConnection, request: Request, budget_ms: float
     ) -> Budget | GateResult:
         """The request's budget, counted from its arrival (:mod:`rtgate.server.arrival`);
-        or, when it cannot be served in time, its answer now: more than
-        ``server.max_inflight`` requests in the gate, or less than ``shed_margin_ms`` of its
-        budget left after waiting for the server. That answer is the placeholder, or with
+        or, when it cannot be served in time (less than ``shed_margin_ms`` of its budget left
+        after waiting for the server), its answer now. (Past ``server.max_inflight`` the
+        front door has already refused it: :mod:`rtgate.server.door`.) That answer is the
+        placeholder, or with
         ``server.overload = "error"`` an ``Overloaded`` (503 with Retry-After) raised here,
         before any response has started. Never an answer past the budget."""
         s = self.config.server
         budget = Budget(budget_ms, start=arrival_of(conn))
-        if self.inflight >= s.max_inflight:
-            reason = f"{self.inflight} requests in flight (server.max_inflight)"
-        elif budget.left_ms() <= s.shed_margin_ms:
-            waited = budget.elapsed_ms()
-            reason = f"it waited {waited:.0f} ms of its {budget_ms:g} ms budget for the server"
-        else:
+        if budget.left_ms() > s.shed_margin_ms:
             return budget
+        waited = budget.elapsed_ms()
+        reason = f"it waited {waited:.0f} ms of its {budget_ms:g} ms budget for the server"
         self.shed += 1
         if s.overload == "error":
             raise Overloaded(f"the server is overloaded: {reason}", retry_after_s=1.0)
