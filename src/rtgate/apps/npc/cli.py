@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from rtgate.cli.output import console, show_table
 
 __all__ = ["app", "bench_app"]
 
 app = typer.Typer(add_completion=False, help="A 60 fps village whose NPCs ask the gate.")
 bench_app = typer.Typer(add_completion=False)
-console = Console()
 
 _MODEL = typer.Option("smollm2", help="packaged GGUF model for the local and cloud tiers")
 _REALTIME = typer.Option(
@@ -130,9 +129,4 @@ def _table(title: str, r: dict[str, Any]) -> None:
             ),
             ("inline ablation missed frames", f"{ab['missed_frames']} of {ab['frames']}"),
         ]
-    table = Table(title=title)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for k, v in rows:
-        table.add_row(k, v)
-    console.print(table)
+    show_table(title, rows)
