@@ -117,3 +117,22 @@ async def test_double_delivery_stores_once_and_the_caller_gets_it_once(make_nats
     await eventually(lambda: replica.stats["duplicates"] == 1)
     assert replica.store.get(j.id).text == "first answer"
     assert replica.stats["delivered"] == 1
+
+
+async def test_a_jobs_owner_is_known_to_every_replica(make_nats: Make) -> None:
+    """Before and after a worker ran it, another replica reads who owns the job."""
+    queue = make_nats()
+    await queue.start(idle_runner)
+    owned = Job("job-owned", "cloud", Request("hi", meta={"owner": "key:a"}), 2_000.0)
+    queue.submit(owned)
+    assert await queue.enqueued(owned.id)
+    other = make_nats()
+    await other.connect()
+    found = await other.lookup(owned.id)
+    assert found is not None and found.owner == "key:a"
+    worker = make_nats(consume=True)
+    await worker.start(TierRunner([cloud_tier()]))
+    async with asyncio.timeout(5):
+        await queue.follow(owned.id)  # the worker has announced its result
+    after = await other.lookup(owned.id)
+    assert after is not None and after.status == "done" and after.owner == "key:a"
