@@ -15,8 +15,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
-import inspect
 import json
 import os
 import platform
@@ -111,22 +109,13 @@ async def _semantic_cache() -> tuple[Tier, list[str]]:
 
 
 Builder = Callable[[], Awaitable[tuple[Tier, list[str]]]]
-# (label, module that must exist, how to build without a bench_tier() hook, max timed calls)
-_FAST: tuple[tuple[str, str, Builder, int], ...] = (
-    ("templates", "rtgate.tiers.templates", _templates, 100_000),
-    ("classifier", "rtgate.tiers.classifier", _classifier, 100_000),
-    ("cache_exact", "rtgate.tiers.cache", _exact_cache, 100_000),
-    ("cache_semantic", "rtgate.tiers.cache", _semantic_cache, 200),
+# (label, how to build the tier and its inputs, max timed calls)
+_FAST: tuple[tuple[str, Builder, int], ...] = (
+    ("templates", _templates, 100_000),
+    ("classifier", _classifier, 100_000),
+    ("cache_exact", _exact_cache, 100_000),
+    ("cache_semantic", _semantic_cache, 200),
 )
-
-
-async def _build_fast(label: str, module: str, fallback: Builder) -> tuple[Tier, list[str]]:
-    mod = importlib.import_module(module)
-    hook = getattr(mod, "bench_tier", None)  # a module may say how to bench itself
-    if hook is not None and label == module.rsplit(".", 1)[1]:
-        built = hook()
-        return (await built) if inspect.isawaitable(built) else built  # type: ignore[no-any-return]
-    return await fallback()
 
 
 async def _time_tier(tier: Tier, inputs: Sequence[str], calls: int) -> dict[str, Any]:
@@ -153,11 +142,11 @@ async def _time_tier(tier: Tier, inputs: Sequence[str], calls: int) -> dict[str,
 
 async def _fast_tiers(calls: int, only: Sequence[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"skipped": {}}
-    for label, module, fallback, cap in _FAST:
+    for label, build, cap in _FAST:
         if only is not None and label not in only:
             continue
         try:
-            tier, inputs = await _build_fast(label, module, fallback)
+            tier, inputs = await build()
         except ModuleNotFoundError as exc:
             out["skipped"][label] = f"module not present ({exc.name})"
             continue
