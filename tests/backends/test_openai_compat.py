@@ -112,6 +112,24 @@ async def test_raw_prompt_goes_to_completions() -> None:
     assert "POST /v1/completions" in str(srv.requests[0]["head"])
 
 
+async def test_warmup_calls_only_the_configured_endpoint() -> None:
+    body = [SSE_HEAD, chunk("ok", "stop")]
+    async with RawServer(replying(*body)) as srv:
+        chat = srv.backend()
+        try:
+            await chat.warmup()
+        finally:
+            await chat.aclose()
+        raw = srv.backend(endpoint="completions")
+        try:
+            await raw.warmup()
+        finally:
+            await raw.aclose()
+    heads = [str(r["head"]).split("\r\n")[0] for r in srv.requests]
+    assert heads == ["POST /v1/chat/completions HTTP/1.1", "POST /v1/completions HTTP/1.1"]
+    assert srv.requests[0]["messages"] == [{"role": "user", "content": "Hi"}]
+
+
 async def test_deltas_are_yielded_as_they_arrive() -> None:
     release = asyncio.Event()
 

@@ -5,7 +5,9 @@
 ``http://127.0.0.1:11434/v1`` (Ollama), ``https://api.openai.com/v1``, or a provider's own
 prefix (``…/openai/v1``). A bare host (``http://127.0.0.1:8000``, empty path) gets ``/v1``
 added. Chats go to ``{base_url}/chat/completions``, raw prompts to ``{base_url}/completions``,
-both with ``stream: true``.
+both with ``stream: true``. Warm-up uses only the ``endpoint`` the backend is configured
+with (``chat`` by default: many hosted APIs have no ``/completions``).
+:meth:`OpenAICompatBackend.open_chat` forwards a client's body as it is (passthrough).
 
 Deltas are yielded as each server-sent event arrives, never buffered. Errors:
 429 → ``RateLimited``; 5xx, refused or reset connections → ``BackendUnavailable``; an
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -32,10 +34,12 @@ from rtgate.core.errors import (
     InvalidRequest,
     RateLimited,
 )
+from rtgate.core.request import Message
 
-__all__ = ["OpenAICompatBackend", "normalize_base_url"]
+__all__ = ["Endpoint", "OpenAICompatBackend", "normalize_base_url"]
 
 _ERROR_BODY_LIMIT = 16_384
+Endpoint = Literal["chat", "completions"]
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -59,6 +63,8 @@ class OpenAICompatBackend(Backend):
         max_tokens_field: ``"max_completion_tokens"`` for providers that want it.
         timeout_s: timeouts when no budget is given; with a budget, its time left.
         transport: an httpx transport (e.g. ``httpx.MockTransport``) instead of the network.
+        endpoint: what warm-up calls: ``"chat"`` (``/chat/completions``) or
+            ``"completions"`` (``/completions``, for servers of raw prompts).
     """
 
     def __init__(
@@ -75,6 +81,7 @@ class OpenAICompatBackend(Backend):
         max_connections: int = 32,
         transport: httpx.AsyncBaseTransport | None = None,
         name: str | None = None,
+        endpoint: Endpoint = "chat",
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.model = model
@@ -83,6 +90,7 @@ class OpenAICompatBackend(Backend):
         self.max_tokens_field = max_tokens_field
         self.connect_timeout_s = connect_timeout_s
         self.timeout_s = timeout_s
+        self.endpoint: Endpoint = endpoint
         hdrs = {"Accept": "text/event-stream", **(headers or {})}
         if api_key:
             hdrs["Authorization"] = f"Bearer {api_key}"
@@ -141,9 +149,37 @@ class OpenAICompatBackend(Backend):
             raise BackendUnavailable(f"{self.name}: {type(exc).__name__}: {exc}") from exc
 
     async def warmup(self) -> None:
-        """Open a connection and run one token, so the first real request is not cold."""
-        async for _ in self.generate(Generation(prompt="Hi", max_tokens=1)):
+        """Open a connection and run one token on the configured ``endpoint`` only, so the
+        first real request is not cold."""
+        if self.endpoint == "chat":
+            gen = Generation(messages=(Message("user", "Hi"),), max_tokens=1)
+        else:
+            gen = Generation(prompt="Hi", max_tokens=1)
+        async for _ in self.generate(gen):
             pass
+
+    async def open_chat(self, body: Mapping[str, Any], timeout_s: float) -> httpx.Response:
+        """POST ``body`` unchanged but for ``model`` (this backend's) to
+        ``{base_url}/chat/completions``: the response, any status, its body unread (read it
+        or ``aclose`` it). ``timeout_s`` bounds the connection and each read; the caller
+        holds the overall deadline. Raises ``TimeoutError`` or ``BackendUnavailable``."""
+        if timeout_s <= 0:
+            raise TimeoutError("budget spent before the request")
+        payload = {**body, "model": self.model}
+        accept = "text/event-stream" if payload.get("stream") else "application/json"
+        request = self._client.build_request(
+            "POST",
+            f"{self.base_url}/chat/completions",
+            json=payload,
+            headers={"Accept": accept},
+            timeout=httpx.Timeout(timeout_s, connect=min(self.connect_timeout_s, timeout_s)),
+        )
+        try:
+            return await self._client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise TimeoutError(f"{type(exc).__name__} within the budget") from exc
+        except httpx.TransportError as exc:
+            raise BackendUnavailable(f"{self.name}: {type(exc).__name__}: {exc}") from exc
 
     async def aclose(self) -> None:
         await self._client.aclose()

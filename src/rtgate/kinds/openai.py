@@ -32,6 +32,7 @@ class OpenAISection:
     max_tokens: int = setting(256, ge=1)
     quality: int = 80
     ttft_p99_ms: float | None = setting(None, gt=0)
+    endpoint: str = setting("chat", choices=("chat", "completions"))  # what warm-up calls
 
 
 def check(section: OpenAISection) -> None:
@@ -53,7 +54,13 @@ def build(section: OpenAISection, context: BuildContext) -> Built:
     check(section)
     assert section.base_url is not None and section.model is not None
     key = section.api_key.reveal() if section.api_key is not None else None
-    backend = OpenAICompatBackend(section.base_url, section.model, key, timeout_s=section.timeout_s)
+    backend = OpenAICompatBackend(
+        section.base_url,
+        section.model,
+        key,
+        timeout_s=section.timeout_s,
+        endpoint="completions" if section.endpoint == "completions" else "chat",
+    )
     tier = LLMTier(
         backend,
         context.name,

@@ -1,6 +1,8 @@
 """``POST /v1/chat/completions`` and ``GET /v1/models``, OpenAI-compatible.
 
-Model ``auto`` (and any other name in ``server.models``) goes through the gate. The budget
+Model ``auto`` (and any other name in ``server.models``) goes through the gate. A model
+named after an ``openai``-kind tier (its tier name or its upstream ``model``) is passed
+through to that upstream as it is (:mod:`rtgate.server.passthrough`). The budget
 comes from the ``X-Budget-Ms`` header or a ``budget_ms`` field (the tighter wins). What
 rtgate adds rides in an extra ``rtgate`` object (``route``, ``job_id``, ``placeholder``,
 ``trace``) on the completion, or on the last chunk of a stream; a non-streamed answer
@@ -27,7 +29,7 @@ from rtgate.core.budget import Budget
 from rtgate.core.errors import ApiError
 from rtgate.core.request import Message, Request
 from rtgate.gate import DoneEvent, GateResult, TokenEvent
-from rtgate.server import jobs
+from rtgate.server import jobs, passthrough
 from rtgate.server.error_responses import error_body
 from rtgate.server.schemas import ChatCompletionRequest, ChatMessageIn, ErrorOut
 from rtgate.server.state import ServerState, api_key, state
@@ -91,12 +93,12 @@ def _finish_reason(result: GateResult, req: Request) -> str:
     return "length" if len(result.pieces) >= req.max_tokens else "stop"
 
 
-@router.get("/v1/models", summary="Models served through the gate")
+@router.get("/v1/models", summary="Models served: the gate's names and the named upstreams")
 async def list_models(st: Annotated[ServerState, Depends(state)]) -> Response:
     created = int(st.started)
+    names = dict.fromkeys([*st.config.server.models, *passthrough.named_upstreams(st.gate)])
     data = [
-        {"id": name, "object": "model", "created": created, "owned_by": "rtgate"}
-        for name in st.config.server.models
+        {"id": name, "object": "model", "created": created, "owned_by": "rtgate"} for name in names
     ]
     return json_response({"object": "list", "data": data})
 
@@ -112,8 +114,14 @@ async def chat_completions(
     st: Annotated[ServerState, Depends(state)],
     x_budget_ms: Annotated[str | None, Header()] = None,
 ) -> Response:
+    upstream = passthrough.named_upstreams(st.gate).get(body.model)
+    if upstream is not None and body.model not in st.config.server.models:
+        key = api_key(http)
+        budget = st.budget_ms(x_budget_ms, body.budget_ms, key)
+        raw = await http.json()
+        return await passthrough.forward(st, upstream, http, raw, budget, key)
     if body.model not in st.config.server.models:
-        known = ", ".join(st.config.server.models)
+        known = ", ".join([*st.config.server.models, *passthrough.named_upstreams(st.gate)])
         raise ApiError(
             404, "model_not_found", f"model {body.model!r} not found; use one of: {known}", "model"
         )
