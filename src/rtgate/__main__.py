@@ -27,6 +27,7 @@ from rtgate.bench import fast_tiers as bench_fast_tiers
 from rtgate.bench import faults as bench_faults
 from rtgate.bench import gate_cost as bench_gate_cost
 from rtgate.bench import http as bench_http
+from rtgate.bench import proxy as bench_proxy
 from rtgate.bench import tier_latency_cli as bench_tier_latency
 from rtgate.cli import fakellm as fakellm_cli
 from rtgate.cli import keys as keys_cli
@@ -59,6 +60,7 @@ _BENCH: tuple[typer.Typer, ...] = (
     bench_gate_cost.app,
     bench_http.app,
     bench_burst.app,
+    bench_proxy.app,
     bench_tier_latency.app,
     npc_cli.bench_app,
     bench_faults.app,

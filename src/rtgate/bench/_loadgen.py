@@ -21,7 +21,11 @@ from typing import Any, cast
 
 from hdrh.histogram import HdrHistogram
 
-__all__ = ["gate_payloads", "open_loop", "summary"]
+__all__ = ["TEMPLATE_ROUTE", "gate_payloads", "open_loop", "summary"]
+
+
+TEMPLATE_ROUTE = b'"route":"template"'
+"""What a gate answer from the template tier contains (``bench http``'s check)."""
 
 
 def _hist() -> HdrHistogram:
@@ -90,8 +94,9 @@ class _Conn(asyncio.Protocol):
 class _Generator:
     """Hands due requests to idle connections; records latencies from the due time."""
 
-    def __init__(self, measure_from: float) -> None:
+    def __init__(self, measure_from: float, expect: bytes | None = TEMPLATE_ROUTE) -> None:
         self.measure_from = measure_from
+        self.expect = expect
         self.idle: list[_Conn] = []
         self.busy: set[_Conn] = set()
         self.backlog: collections.deque[tuple[float, bytes]] = collections.deque()
@@ -131,7 +136,7 @@ class _Generator:
             if status != 200:
                 self.errors[f"http_{status}"] += 1
                 self._sample(body)
-            elif b'"route":"template"' not in body:
+            elif self.expect is not None and self.expect not in body:
                 self.errors["wrong_route"] += 1
                 self._sample(body)
             self.latency.record_value(max(1, round((now - conn.due) * 1e6)))
@@ -218,14 +223,16 @@ async def open_loop(
     warmup_s: float,
     connections: int,
     drain_s: float,
+    expect: bytes | None = TEMPLATE_ROUTE,
 ) -> dict[str, Any]:
     """Send ``payloads`` round-robin at ``rate``/s for ``warmup_s + seconds``; measure
-    the last ``seconds``. Returns counts, errors and latency summaries (ms)."""
+    the last ``seconds``. A 200 whose body lacks ``expect`` counts as ``wrong_route``.
+    Returns counts, errors and latency summaries (ms)."""
     loop = asyncio.get_running_loop()
     interval = 1.0 / rate
     total = round(rate * (warmup_s + seconds))
     start = time.perf_counter() + 0.2
-    gen = _Generator(measure_from=start + warmup_s)
+    gen = _Generator(measure_from=start + warmup_s, expect=expect)
     for _ in range(connections):
         _, conn = await loop.create_connection(lambda: _Conn(gen), host, port)
         gen.idle.append(conn)

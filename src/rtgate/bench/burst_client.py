@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "read_answer"]
 
 
 def _request(host: str, port: int, body: bytes) -> bytes:
@@ -28,7 +28,8 @@ def _request(host: str, port: int, body: bytes) -> bytes:
     return head.encode() + body
 
 
-async def _read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """One HTTP/1.1 answer with a ``Content-Length``: its status and body."""
     status_line = await reader.readline()
     status = int(status_line.split()[1])
     length = 0
@@ -44,7 +45,7 @@ async def _one(
 ) -> dict[str, Any]:
     reader, writer = conn
     writer.write(payload)
-    status, body = await _read_answer(reader)
+    status, body = await read_answer(reader)
     out: dict[str, Any] = {"wave": wave, "status": status}
     out["client_ms"] = (time.perf_counter() - t0) * 1000.0
     try:

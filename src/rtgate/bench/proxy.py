@@ -1,0 +1,259 @@
+"""``rtgate bench proxy``: what rtgate adds in front of a remote model, next to the bare
+upstream and (when installed) LiteLLM's proxy, in one run.
+
+Three servers, each its own process: a bare OpenAI-compatible upstream that answers at once
+(:mod:`rtgate.bench._bare_upstream`), ``rtgate serve`` as a pure proxy to it (no template,
+classifier, cache or local model; the client names the upstream's model, so the request
+takes the passthrough path), and LiteLLM's proxy (``pip install 'rtgate[bench-litellm]'``;
+reported as not installed otherwise). Each target is driven open-loop at each rate
+(:mod:`rtgate.bench._loadgen`: latency from the due time, no coordinated omission), then
+run closed-loop (each connection asks again as soon as it is answered: its throughput). With two or
+more cores the target runs on one core, the upstream and the generator on the other.
+
+Per target and rate: ``p50_ms``/``p90_ms``/``p99_ms``, ``achieved_rps``, ``errors``,
+``cpu_ms_per_request`` (the target process only). Then the latency each gateway adds over
+the upstream, and the highest rate each target sustains with p99 <= 50 ms and no errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+
+from rtgate.bench._bare_upstream import MODEL
+from rtgate.bench._loadgen import open_loop
+from rtgate.bench.burst_client import read_answer
+from rtgate.bench.http import _cpu_s, _free_port
+from rtgate.cli.output import show_table, write_json
+
+__all__ = ["RATES", "app", "run"]
+
+RATES = (50.0, 100.0, 200.0, 500.0, 1000.0)
+SUSTAINED_P99_MS = 50.0
+EXPECT = b'"chat.completion"'
+
+app = typer.Typer()
+
+
+def _pin(cpu: int | None) -> Any:
+    return (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+
+
+def _rtgate_config(upstream_port: int) -> str:
+    return f"""\
+[server]
+log_level = "warning"
+default_budget_ms = 10000
+max_inflight = 4096
+[gate]
+warmup = false
+[templates]
+enabled = false
+[local]
+enabled = false
+[cloud]
+base_url = "http://127.0.0.1:{upstream_port}/v1"
+model = "{MODEL}"
+[resilience]
+cloud_capacity = 4096
+"""
+
+
+@contextmanager
+def _process(cmd: list[str], cpu: int | None, log: Path, ready: str) -> Iterator[int]:
+    """``cmd`` running on ``cpu`` until ``ready`` (a URL) answers; its pid."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_pin(cpu))
+    try:
+        deadline = time.monotonic() + 120.0
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{cmd[0]} exited:\n{log.read_text()[-2000:]}")
+            try:
+                httpx.get(ready, timeout=1.0)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"not ready: {ready}\n{log.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        yield proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _payload(port: int) -> list[bytes]:
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return [head.encode() + body.encode()]
+
+
+def _drive(pid: int, port: int, rate: float, seconds: float, connections: int) -> dict[str, Any]:
+    """One open-loop run against the target on ``port``; its figures."""
+    warmup_s = min(1.0, seconds / 4)
+    cpu0 = _cpu_s(pid)
+    run = open_loop(
+        "127.0.0.1", port, _payload(port), rate, seconds, warmup_s, connections, 10.0, EXPECT
+    )
+    r = asyncio.run(run)
+    sent = max(1, round(rate * (warmup_s + seconds)))
+    lat = r["latency_ms"]
+    return {
+        "p50_ms": round(lat["p50"], 3),
+        "p90_ms": round(lat["p90"], 3),
+        "p99_ms": round(lat["p99"], 3),
+        "achieved_rps": round(r["achieved_rps"], 1),
+        "errors": r["error_count"],
+        "cpu_ms_per_request": round((_cpu_s(pid) - cpu0) / sent * 1000.0, 3),
+    }
+
+
+async def _closed_loop(port: int, seconds: float, connections: int) -> float:
+    """Answers per second with ``connections`` clients each asking again as soon as it is
+    answered (non-200 answers are not counted)."""
+    payload = _payload(port)[0]
+    conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(connections)]
+    end = time.perf_counter() + seconds
+    done = 0
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal done
+        while time.perf_counter() < end:
+            writer.write(payload)
+            status, _ = await read_answer(reader)
+            done += status == 200
+
+    try:
+        await asyncio.gather(*(client(r, w) for r, w in conns))
+    finally:
+        for _, writer in conns:
+            writer.close()
+    return done / seconds
+
+
+def _targets(stack: ExitStack, tmp: Path, cpus: tuple[int | None, int | None]) -> dict[str, Any]:
+    """Start the upstream, rtgate and (if installed) LiteLLM; ``{name: (pid, port)}``."""
+    gen_cpu, target_cpu = cpus
+    up_port = _free_port()
+    up_cmd = [sys.executable, "-m", "rtgate.bench._bare_upstream", str(up_port)]
+    up_url = f"http://127.0.0.1:{up_port}/v1/models"
+    up_pid = stack.enter_context(_process(up_cmd, gen_cpu, tmp / "upstream.log", up_url))
+    out: dict[str, Any] = {"upstream": (up_pid, up_port)}
+    cfg = tmp / "rtgate.toml"
+    cfg.write_text(_rtgate_config(up_port), encoding="utf-8")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "rtgate.cli.serve", "serve", "--config", str(cfg)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    ready = f"http://127.0.0.1:{port}/healthz"
+    out["rtgate"] = (
+        stack.enter_context(_process(cmd, target_cpu, tmp / "rtgate.log", ready)),
+        port,
+    )
+    litellm = shutil.which("litellm")
+    if litellm is None or importlib.util.find_spec("litellm") is None:
+        out["litellm"] = None
+        return out
+    port = _free_port()
+    cmd = [litellm, "--model", f"openai/{MODEL}", "--api_base", f"http://127.0.0.1:{up_port}/v1"]
+    cmd += ["--port", str(port), "--num_workers", "1"]
+    ready = f"http://127.0.0.1:{port}/health/liveliness"
+    out["litellm"] = (
+        stack.enter_context(_process(cmd, target_cpu, tmp / "litellm.log", ready)),
+        port,
+    )
+    return out
+
+
+def _summary(report: dict[str, Any], rates: Sequence[float]) -> None:
+    """Added latency over the upstream, and each target's highest sustained rate."""
+    targets, upstream = report["targets"], report["targets"]["upstream"]
+    report["added_ms"], report["sustained_rps"] = {}, {}
+    for name, by_rate in targets.items():
+        if not isinstance(by_rate, dict):
+            continue
+        ok = [r for r in rates if _sustained(by_rate[str(r)], r)]
+        report["sustained_rps"][name] = max(ok, default=0.0)
+        if name != "upstream":
+            report["added_ms"][name] = {
+                str(r): {
+                    "p50": round(by_rate[str(r)]["p50_ms"] - upstream[str(r)]["p50_ms"], 3),
+                    "p99": round(by_rate[str(r)]["p99_ms"] - upstream[str(r)]["p99_ms"], 3),
+                }
+                for r in rates
+            }
+
+
+def _sustained(m: dict[str, Any], rate: float) -> bool:
+    fast = float(m["p99_ms"]) <= SUSTAINED_P99_MS and int(m["errors"]) == 0
+    return fast and float(m["achieved_rps"]) >= 0.95 * rate
+
+
+def run(
+    rates: Sequence[float] = RATES, seconds: float = 10.0, connections: int = 64
+) -> dict[str, Any]:
+    """Start the servers, drive each at each rate and at capacity; the report."""
+    two = (os.cpu_count() or 1) >= 2
+    cpus: tuple[int | None, int | None] = (0, 1) if two else (None, None)
+    report: dict[str, Any] = {"rates": list(rates), "seconds": seconds, "pinned": two}
+    report |= {"connections": connections, "targets": {}, "max_throughput": {}}
+    with tempfile.TemporaryDirectory(prefix="rtgate-bench-proxy-") as tmp, ExitStack() as stack:
+        if two:  # the generator shares the upstream's core; this process's affinity after
+            before = os.sched_getaffinity(0)
+            stack.callback(os.sched_setaffinity, 0, before)
+            os.sched_setaffinity(0, {0})
+        for name, started in _targets(stack, Path(tmp), cpus).items():
+            if started is None:
+                report["targets"][name] = "not installed (the bench-litellm extra)"
+                continue
+            pid, port = started
+            by_rate = {str(r): _drive(pid, port, r, seconds, connections) for r in rates}
+            report["targets"][name] = by_rate
+            cap = asyncio.run(_closed_loop(port, min(seconds, 5.0), connections))
+            report["max_throughput"][name] = round(cap, 1)
+    _summary(report, rates)
+    return report
+
+
+@app.command("proxy")
+def proxy(
+    rate: Annotated[list[float] | None, typer.Option(help="arrival rates (repeat)")] = None,
+    seconds: Annotated[float, typer.Option(min=1, help="measured seconds per rate")] = 10.0,
+    connections: Annotated[int, typer.Option(min=1, help="keep-alive connections")] = 64,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+) -> None:
+    """rtgate as a proxy next to the bare upstream and LiteLLM: latency added, capacity."""
+    report = run(rate or RATES, seconds, connections)
+    rows = []
+    for name, by_rate in report["targets"].items():
+        if not isinstance(by_rate, dict):
+            rows.append((name, str(by_rate)))
+            continue
+        for r, m in by_rate.items():
+            rows.append((f"{name} @ {float(r):g}/s", f"p50 {m['p50_ms']} / p99 {m['p99_ms']} ms, "
+                         f"{m['achieved_rps']}/s, {m['errors']} errors, {m['cpu_ms_per_request']} "
+                         "ms CPU"))  # fmt: skip
+        rows.append((f"{name} sustained / max", f"{report['sustained_rps'][name]:g} / "
+                     f"{report['max_throughput'][name]:g} req/s"))  # fmt: skip
+    show_table("rtgate bench proxy", rows)
+    write_json(report, json_out)
