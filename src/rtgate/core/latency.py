@@ -6,7 +6,9 @@ sketches cover a sliding window of recent observations (two rotating halves, bou
 count and in age), so the prediction follows a backend that gets slower or faster, and one
 slow outlier ages out within 1.5 x ``max_age_s`` even for a tier that is rarely measured.
 Quantiles are refreshed when an observation is recorded, never while the gate is
-deciding: a decision only reads floats.
+deciding: a decision only reads floats. The window's union (both halves) is kept as a
+third sketch, added to with every observation and rebuilt only when the halves rotate, so
+a refresh reads quantiles without merging two sketches first.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class WindowedQuantiles:
     seconds, in milliseconds: an old outlier ages out even when samples are rare."""
 
     __slots__ = (
+        "_both",
         "_clock",
         "_cur",
         "_cur_started",
@@ -74,20 +77,27 @@ class WindowedQuantiles:
         self._cur = DDSketch(relative_accuracy=0.01)
         self._cur_started = 0.0
         self._prev: DDSketch | None = None
+        self._both = DDSketch(relative_accuracy=0.01)  # _prev and _cur together
         self._since_refresh = 0
         self.p50 = self.p90 = self.p99 = _INF
 
     @property
     def count(self) -> int:
-        prev = int(self._prev.count) if self._prev is not None else 0
-        return int(self._cur.count) + prev
+        return int(self._both.count)
 
     def _expire(self, now: float) -> None:
         age = now - self._cur_started
         if age >= self.max_age_s:  # everything held is older than the window
             self._prev, self._cur = None, DDSketch(relative_accuracy=0.01)
+            self._both = DDSketch(relative_accuracy=0.01)
         elif age >= self.max_age_s / 2 and self._cur.count:
-            self._prev, self._cur = self._cur, DDSketch(relative_accuracy=0.01)
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """The current half becomes the previous one; the oldest half is dropped."""
+        self._prev, self._cur = self._cur, DDSketch(relative_accuracy=0.01)
+        self._both = DDSketch(relative_accuracy=0.01)
+        self._both.merge(self._prev)
 
     def add(self, ms: float) -> None:
         now = self._clock()
@@ -95,9 +105,11 @@ class WindowedQuantiles:
             self._expire(now)
         if not self._cur.count:
             self._cur_started = now
-        self._cur.add(max(ms, 1e-3))
+        ms = max(ms, 1e-3)
+        self._cur.add(ms)
+        self._both.add(ms)
         if self._cur.count >= self.window // 2:
-            self._prev, self._cur = self._cur, DDSketch(relative_accuracy=0.01)
+            self._rotate()
             self._cur_started = now
         self._since_refresh += 1
         # Refresh every observation while learning, then every few: quantiles move slowly.
@@ -106,12 +118,7 @@ class WindowedQuantiles:
 
     def refresh(self) -> None:
         self._since_refresh = 0
-        sketch = self._cur
-        if self._prev is not None:
-            sketch = DDSketch(relative_accuracy=0.01)
-            sketch.merge(self._prev)
-            if self._cur.count:
-                sketch.merge(self._cur)
+        sketch = self._both
         if not sketch.count:
             self.p50 = self.p90 = self.p99 = _INF
             return
@@ -121,12 +128,7 @@ class WindowedQuantiles:
 
     def quantile(self, q: float) -> float:
         """Any quantile, computed now (slower than the cached p50/p90/p99)."""
-        sketch = DDSketch(relative_accuracy=0.01)
-        if self._prev is not None:
-            sketch.merge(self._prev)
-        if self._cur.count:
-            sketch.merge(self._cur)
-        return _q(sketch, q) if sketch.count else _INF
+        return _q(self._both, q) if self._both.count else _INF
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,15 +16,18 @@ import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from hdrh.histogram import HdrHistogram
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 __all__ = ["GateMetrics", "LatencyStats", "percentiles"]
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10)
 _MAX_US = 3_600_000_000  # one hour
+
+_M = TypeVar("_M", bound=MetricWrapperBase)
 
 
 def _hist() -> HdrHistogram:
@@ -84,6 +87,7 @@ class GateMetrics:
         self.routes: dict[str, LatencyStats] = {}
         self.attempt_outcomes: dict[tuple[str, str], int] = {}
         self.started = time.monotonic()
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
         r = self.registry
         self._ttft = Histogram(
             "rtgate_ttft_seconds", "Time to first piece", ["route"], buckets=_BUCKETS, registry=r
@@ -114,6 +118,17 @@ class GateMetrics:
         )
         self.queue_depth = Gauge("rtgate_delegation_queue_depth", "Jobs waiting", registry=r)
 
+    def _labelled(self, metric: _M, *labels: str) -> _M:
+        """``metric.labels(*labels)``, looked up once per label set: prometheus_client
+        checks and joins the labels under a lock on every call, which costs more than
+        the observation itself. A child is still made only when first used, so the
+        exposition shows the same series as before."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def record(
         self,
         route: str,
@@ -130,33 +145,33 @@ class GateMetrics:
         if stats is None:
             stats = self.routes[route] = LatencyStats()
         stats.requests += 1
-        self._requests.labels(route).inc()
+        self._labelled(self._requests, route).inc()
         stats.e2e.record_value(_us(e2e_ms))
-        self._e2e.labels(route).observe(e2e_ms / 1000.0)
+        self._labelled(self._e2e, route).observe(e2e_ms / 1000.0)
         if ttft_ms is not None:
             stats.ttft.record_value(_us(ttft_ms))
-            self._ttft.labels(route).observe(ttft_ms / 1000.0)
+            self._labelled(self._ttft, route).observe(ttft_ms / 1000.0)
         n = len(piece_times_ms)
         if n >= 2:
             tpot = (piece_times_ms[-1] - piece_times_ms[0]) / (n - 1)
             stats.tpot.record_value(_us(tpot))
-            self._tpot.labels(route).observe(tpot / 1000.0)
+            self._labelled(self._tpot, route).observe(tpot / 1000.0)
             for a, b in itertools.pairwise(piece_times_ms):
                 stats.itl.record_value(_us(b - a))
         if budget_ms is not None:
             if (e2e_ms if slo_ms is None else slo_ms) > budget_ms:
                 stats.deadline_misses += 1
-                self._misses.labels(route).inc()
+                self._labelled(self._misses, route).inc()
             else:
                 stats.met_slo += 1
 
     def attempt(self, tier: str, outcome: str) -> None:
         key = (tier, outcome)
         self.attempt_outcomes[key] = self.attempt_outcomes.get(key, 0) + 1
-        self._attempts.labels(tier, outcome).inc()
+        self._labelled(self._attempts, tier, outcome).inc()
 
     def delegated(self, tier: str, result: str) -> None:
-        self._delegated.labels(tier, result).inc()
+        self._labelled(self._delegated, tier, result).inc()
 
     def snapshot(self) -> dict[str, Any]:
         """Everything as plain data: per route stats, shares, goodput."""
