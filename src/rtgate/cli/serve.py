@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -88,9 +89,59 @@ def build_server(config: Config) -> Any:
     return server
 
 
-def run_server(config: Config) -> None:
-    """Build the server (see :func:`build_server`), then serve until stopped."""
-    build_server(config).run()
+def run_server(config: Config, workers: int = 1) -> None:
+    """Build the server (see :func:`build_server`), then serve until stopped; with
+    ``workers`` > 1, that many processes on one listening socket (:func:`run_workers`)."""
+    if workers > 1:
+        run_workers(config, workers)
+    else:
+        build_server(config).run()
+
+
+def check_workers(config: Config, workers: int) -> None:
+    """Several workers need what a request may come back for shared between them: a job
+    created by one worker is read from another (``GET /v1/jobs/{id}``), so delegated jobs
+    must live on Redis or NATS. Learned latency is shared through Redis when delegation is
+    there; metrics, rate limits and the answer cache (unless ``[cache] store = "redis"``)
+    are per worker."""
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    if workers > 1 and config.delegation.backend == "inprocess":
+        raise ConfigError(
+            "--workers > 1 needs delegated jobs shared between the workers: set "
+            '[delegation] backend = "redis" (or "nats")'
+        )
+
+
+def run_workers(config: Config, workers: int) -> None:
+    """``workers`` processes (spawned: nothing of this one's state is inherited) serving one
+    socket bound here; SIGTERM or SIGINT stops them all, and this waits for each."""
+    import multiprocessing
+    import signal
+
+    import uvicorn
+
+    sock = uvicorn.Config(lambda: None, host=config.server.host, port=config.server.port)
+    listening = sock.bind_socket()
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(config, listening)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+
+    def stop(signum: int, frame: object) -> None:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for p in procs:
+        p.join()
+    listening.close()
+
+
+def _worker(config: Config, listening: socket.socket) -> None:
+    build_server(config).run(sockets=[listening])
 
 
 @app.command()
@@ -101,6 +152,9 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Overrides server.host.")] = None,
     port: Annotated[int | None, typer.Option(help="Overrides server.port.")] = None,
     log_level: Annotated[str | None, typer.Option(help="Overrides server.log_level.")] = None,
+    workers: Annotated[
+        int, typer.Option(help="Processes on one socket (> 1 needs Redis or NATS delegation).")
+    ] = 1,
 ) -> None:
     """Serve /v1/gate, /v1/chat/completions, /v1/ws, /v1/jobs, /metrics and /healthz."""
     try:
@@ -115,7 +169,8 @@ def serve(
             if log_level.lower() not in _LEVELS:
                 raise ConfigError(f"--log-level must be one of {', '.join(_LEVELS)}")
             cfg.server.log_level = log_level.lower()
-        run_server(cfg)
+        check_workers(cfg, workers)
+        run_server(cfg, workers)
     except ConfigError as e:
         err.print(f"[bold red]configuration error:[/] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2) from None

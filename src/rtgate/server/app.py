@@ -24,6 +24,7 @@ import gc
 import importlib
 import inspect
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -84,6 +85,7 @@ async def healthz(st: Annotated[ServerState, Depends(state)]) -> Response:
         "warm": gate.warm,
         "warmup_ms": asm.warmup_ms,
         "uptime_s": round(time.time() - st.started, 3),
+        "pid": os.getpid(),  # which worker answered (rtgate serve --workers N)
         "cloud": {
             "mode": asm.cloud_mode,
             "emulated": asm.cloud_mode == "emulated",
