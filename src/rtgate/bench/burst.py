@@ -28,7 +28,7 @@ import httpx
 import numpy as np
 import typer
 
-from rtgate.bench.http import _free_port, _start_server, _wait_ready
+from rtgate.bench.http import _free_port, _start_server, _wait_ready, stop_process
 from rtgate.cli.output import show_table, write_json
 
 __all__ = ["app", "run", "summarize"]
@@ -121,8 +121,7 @@ def run(
             rows = _generate(port, spec, client_cpu)
             after = _rss_mb(proc.pid)
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            stop_process(proc)
     report = {**spec, **summarize(rows, budget_ms)}
     report |= {"rss_mb_before": round(before, 1), "rss_mb_after": round(after, 1)}
     report["pinned"] = two_cores

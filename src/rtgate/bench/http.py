@@ -35,7 +35,7 @@ from rich.table import Table
 
 from rtgate.bench._loadgen import gate_payloads, open_loop
 
-__all__ = ["GOALS", "app", "run"]
+__all__ = ["GOALS", "app", "run", "stop_process"]
 
 GOALS = {"p50_ms": 1.0, "p99_ms": 5.0}
 BENCH_CONFIG = """\
@@ -74,6 +74,16 @@ def _cpu_s(pid: int) -> float:
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _free_port() -> int:
@@ -132,12 +142,7 @@ def _served(
             _wait_ready(f"http://127.0.0.1:{port}", proc, log, ready_timeout_s)
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 @contextmanager

@@ -37,7 +37,7 @@ import typer
 from rtgate.bench._bare_upstream import MODEL
 from rtgate.bench._loadgen import open_loop
 from rtgate.bench.burst_client import read_answer
-from rtgate.bench.http import _cpu_s, _free_port
+from rtgate.bench.http import _cpu_s, _free_port, stop_process
 from rtgate.cli.output import show_table, write_json
 
 __all__ = ["RATES", "app", "run"]
@@ -92,12 +92,7 @@ def _process(cmd: list[str], cpu: int | None, log: Path, ready: str) -> Iterator
                 time.sleep(0.1)
         yield proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def _payload(port: int) -> list[bytes]:
