@@ -9,8 +9,8 @@ asking. So the arrival is stamped as early as the process can see it:
 - :class:`StampedHttpTools`: uvicorn's httptools protocol, stamping ``scope["state"]``
   when the request line starts to parse (inside the socket's read callback), before the
   request waits for a task of its own;
-- :class:`ArrivalMiddleware`: the outermost ASGI layer, stamping what the protocol did not
-  (another protocol, WebSockets, tests without a server).
+- :class:`~rtgate.server.door.FrontDoor`: the outermost ASGI layer, stamping what the
+  protocol did not (another protocol, WebSockets, tests without a server).
 
 :func:`arrival_of` reads the stamp, on the event loop's clock (the clock of
 :class:`~rtgate.core.budget.Budget`).
@@ -18,14 +18,10 @@ asking. So the arrival is stamped as early as the process can see it:
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 from starlette.requests import HTTPConnection
-from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["ARRIVAL", "ArrivalMiddleware", "StampedHttpTools", "arrival_of"]
+__all__ = ["ARRIVAL", "StampedHttpTools", "arrival_of"]
 
 ARRIVAL = "rtgate.arrival"
 
@@ -36,20 +32,6 @@ class StampedHttpTools(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.scope["state"][ARRIVAL] = self.loop.time()
-
-
-class ArrivalMiddleware:
-    """Stamps the arrival of a request the protocol did not stamp."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket"):
-            state: dict[str, Any] = scope.setdefault("state", {})
-            if ARRIVAL not in state:
-                state[ARRIVAL] = asyncio.get_running_loop().time()
-        await self.app(scope, receive, send)
 
 
 def arrival_of(conn: HTTPConnection) -> float | None:

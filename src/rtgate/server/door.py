@@ -1,5 +1,7 @@
-"""The server's front door: past ``server.max_inflight`` answer requests in progress, the
-next one is answered ``503 overloaded`` with ``Retry-After`` at once.
+"""The server's front door, the outermost layer: it stamps each request's arrival (when
+the HTTP protocol did not: :mod:`rtgate.server.arrival`) and, past ``server.max_inflight``
+answer requests in progress, answers the next one ``503 overloaded`` with ``Retry-After``
+at once. One layer for both: every request passes it.
 
 When more requests arrive than the process can answer within their budgets, serving them
 all makes every one late. A refusal here costs a few tens of microseconds (no body read, no
@@ -12,9 +14,13 @@ spent waiting (:meth:`rtgate.server.state.ServerState.begin`).
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from rtgate.server.arrival import ARRIVAL
 
 __all__ = ["ANSWER_PATHS", "FrontDoor"]
 
@@ -37,21 +43,24 @@ _HEADERS = [
 
 
 class FrontDoor:
-    """Counts the answer requests in progress; past ``limit``, refuses the newcomer."""
+    """Stamps arrivals; counts the answer requests in progress; past ``limit``, refuses
+    the newcomer."""
 
     def __init__(self, app: ASGIApp, limit: int, paths: frozenset[str] = ANSWER_PATHS) -> None:
         self.app = app
         self.limit = limit
         self.paths = paths
         self.active = 0
-        self.refused = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            state: dict[str, Any] = scope.setdefault("state", {})
+            if ARRIVAL not in state:  # the protocol did not stamp it (h11, WebSockets, tests)
+                state[ARRIVAL] = asyncio.get_running_loop().time()
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.paths:
             await self.app(scope, receive, send)
             return
         if self.active >= self.limit:
-            self.refused += 1
             await send({"type": "http.response.start", "status": 503, "headers": _HEADERS})
             await send({"type": "http.response.body", "body": _BODY})
             return

@@ -3,9 +3,8 @@
 :func:`server_middleware` is the ASGI stack :func:`~rtgate.server.app.create_app` runs by
 default, outermost first::
 
-    ArrivalMiddleware          stamps the request's arrival (if the protocol did not)
+    FrontDoor                  stamps arrivals; past server.max_inflight answers: 503 at once
     ErrorShieldMiddleware      an escaped exception -> JSON 500 with a reference id
-    FrontDoor                  past server.max_inflight answer requests: 503 at once
     CORSMiddleware             only when cors_origins lists some (exact origins)
     BodyLimitMiddleware        413 past server.max_body_bytes (the server's only one)
     APIKeyMiddleware           only with api_keys_file: 401 / 429 before any work
@@ -37,7 +36,6 @@ from rtgate.security import (
     cors_options,
     install_redaction,
 )
-from rtgate.server.arrival import ArrivalMiddleware
 from rtgate.server.door import FrontDoor
 
 __all__ = [
@@ -72,8 +70,8 @@ def server_middleware(config: Config, keys: KeyStore | None = None) -> list[Midd
     already loaded (else it is loaded from ``security.api_keys_file``)."""
     sec = config.security
     store = keys if keys is not None else load_keys(config)
-    stack = [Middleware(ArrivalMiddleware), Middleware(ErrorShieldMiddleware)]
-    stack.append(Middleware(FrontDoor, limit=config.server.max_inflight))
+    stack = [Middleware(FrontDoor, limit=config.server.max_inflight)]
+    stack.append(Middleware(ErrorShieldMiddleware))
     if sec.cors_origins:
         stack.append(Middleware(CORSMiddleware, **cors_options(sec.cors_origins)))
     stack.append(Middleware(BodyLimitMiddleware, max_bytes=config.server.max_body_bytes))

@@ -13,7 +13,6 @@ the request asks for nothing and the server's default is above it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Coroutine, Sequence
@@ -79,8 +78,6 @@ class ServerState:
     fleet: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
     max_background: int = 1024
     background: set[asyncio.Task[Any]] = field(default_factory=set)
-    inflight: int = 0  # requests in the gate now (HTTP)
-    shed: int = 0  # requests answered at once because they could not be served in time
 
     @property
     def gate(self) -> Gate:
@@ -151,7 +148,6 @@ class ServerState:
             return budget
         waited = budget.elapsed_ms()
         reason = f"it waited {waited:.0f} ms of its {budget_ms:g} ms budget for the server"
-        self.shed += 1
         if s.overload == "error":
             raise Overloaded(f"the server is overloaded: {reason}", retry_after_s=1.0)
         return self._placeholder(request, budget, reason)
@@ -174,29 +170,19 @@ class ServerState:
         started = self.begin(http, request, budget_ms)
         if isinstance(started, GateResult):
             return started
-        self.inflight += 1
-        try:
-            work = self.gate.answer(request, started)
-            if budget_ms <= self.config.server.watch_disconnect_ms:
-                return await work
-            return await unless_disconnected(http, work)
-        finally:
-            self.inflight -= 1
+        work = self.gate.answer(request, started)
+        if budget_ms <= self.config.server.watch_disconnect_ms:
+            return await work
+        return await unless_disconnected(http, work)
 
-    async def events(
+    def events(
         self, request: Request, started: Budget | GateResult
     ) -> AsyncGenerator[GateEvent, None]:
-        """``gate.stream`` from :meth:`begin`'s budget; a shed request is one ``DoneEvent``."""
+        """``gate.stream`` from :meth:`begin`'s budget (no extra layer around it); a shed
+        request is one ``DoneEvent``."""
         if isinstance(started, GateResult):
-            yield DoneEvent(started)
-            return
-        self.inflight += 1
-        try:
-            async with contextlib.aclosing(self.gate.stream(request, started)) as events:
-                async for ev in events:
-                    yield ev
-        finally:
-            self.inflight -= 1
+            return _done(started)
+        return self.gate.stream(request, started)
 
     def request(
         self,
@@ -247,6 +233,10 @@ class ServerState:
             delegate=delegate,
             meta={"placeholder": placeholder, **owner_meta(key)},
         )
+
+
+async def _done(result: GateResult) -> AsyncGenerator[GateEvent, None]:
+    yield DoneEvent(result)
 
 
 def owner_of(key: KeyRecord | None) -> str | None:
