@@ -55,6 +55,9 @@ class Trace:
     ttft_ms: float | None = None
     elapsed_ms: float = 0.0
     hedged: bool = False
+    confidence: float | None = None  # a judge's probability that the fast answer is right
+    partial: bool = False  # the fast answer is not trusted alone; the big model was asked
+    abstained: str | None = None  # why the fast answer was not trusted
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,9 @@ class Trace:
             "job_id": self.job_id,
             "delegated_to": self.delegated_to,
             "hedged": self.hedged,
+            "confidence": None if self.confidence is None else round(self.confidence, 4),
+            "partial": self.partial,
+            "abstained": self.abstained,
             "attempts": [a.to_dict() for a in self.attempts],
         }
 

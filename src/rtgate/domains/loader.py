@@ -6,41 +6,79 @@ canned replies) and two trained intent models (``intent-ngram.npz``, ``intent-e5
 trained on the whole corpus by ``rtgate intents train``). A model whose recorded corpus
 digest differs from the corpus is stale: :func:`load_classifier` retrains it in memory.
 Another domain is the same four files in another folder (``data_dir=``).
+
+Optional beside them: ``judge.json``, the calibrated "can the fast path answer this?"
+model (:func:`load_judge`, fitted by ``rtgate intents judge`` on ``asks-tune.jsonl``),
+and ``asks-eval.jsonl``, asks it is measured on and never fitted to (:func:`load_asks`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from rtgate.core.errors import ConfigError
 from rtgate.models.embeddings import Embedder
+from rtgate.tiers.answerability import CalibratedJudge, Familiarity
 from rtgate.tiers.classifier import IntentAnswers, IntentClassifier
+from rtgate.tiers.complexity import Vocabulary
 from rtgate.tiers.embed_classifier import EmbeddingIntentClassifier
 from rtgate.tiers.intents import Example, load_examples
 from rtgate.tiers.templates import TemplateTable
+from rtgate.tiers.textnorm import lang_of, prefixes
 
 __all__ = [
     "DATA_DIR",
+    "GENERIC_JUDGE",
     "INTENTS",
+    "Ask",
+    "AskKind",
     "build_answers",
     "corpus_digest",
+    "familiarity",
+    "judge_path",
+    "load_asks",
     "load_classifier",
     "load_corpus",
+    "load_generic_judge",
+    "load_judge",
     "load_replies",
+    "load_scope",
     "load_templates",
     "model_path",
+    "scope_examples",
+    "scope_path",
+    "train_scope",
+    "vocabulary",
 ]
 
 DATA_DIR = Path(__file__).parent / "cards"
+GENERIC_JUDGE = Path(__file__).parent / "generic" / "judge.json"
+"""A judge that reads the text's complexity signals only (no domain): several parts,
+questions, conditions. Fitted by ``rtgate intents judge`` on the cards domain's tuning
+asks; used where no domain of its own is shipped (the voice agent's follow-ups)."""
 INTENTS = (
     "points_exchange", "limit_increase", "bill_query", "repayment", "installment",
     "card_loss", "annual_fee", "activation", "dispute", "cross_border", "password",
     "cash_advance", "complex",
 )  # fmt: skip
 ModelKind = Literal["ngram", "e5"]
+AskKind = Literal["simple", "multi", "ood"]
+_ASK_KINDS = ("simple", "multi", "ood")
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A whole ask a customer types: ``simple`` (one intent a canned answer covers),
+    ``multi`` (several parts or conditions) or ``ood`` (outside what the domain knows)."""
+
+    text: str
+    lang: str
+    kind: AskKind
+    intent: str | None = None
 
 
 def load_corpus(data_dir: Path = DATA_DIR) -> list[Example]:
@@ -113,3 +151,120 @@ def train_classifier(
     if examples is None:
         model.meta["corpus_sha256"] = corpus_digest(data_dir)
     return model
+
+
+def judge_path(data_dir: Path = DATA_DIR) -> Path:
+    return data_dir / "judge.json"
+
+
+def vocabulary(data_dir: Path = DATA_DIR) -> Vocabulary:
+    """The words the domain uses: its corpus and its templates' suggestions."""
+    texts = [e.text for e in load_corpus(data_dir)]
+    texts += [c.text for t in load_templates(data_dir).templates for c in t.candidates]
+    return Vocabulary.from_texts(texts)
+
+
+def load_judge(data_dir: Path = DATA_DIR, *, path: Path | None = None) -> CalibratedJudge:
+    """The domain's fitted judge, reading asks with the domain's n-gram classifier and
+    vocabulary. ``ConfigError`` when there is none or it does not fit this version."""
+    file = path or judge_path(data_dir)
+    if not file.exists():
+        raise ConfigError(f"{file}: no judge (fit one with `rtgate intents judge`)")
+    ranker = load_classifier("ngram", data_dir=data_dir)
+    assert isinstance(ranker, IntentClassifier)
+    return CalibratedJudge.load(
+        file,
+        ranker=ranker,
+        vocabulary=vocabulary(data_dir),
+        familiarity=familiarity(ranker, data_dir),
+        scope=load_scope(data_dir),
+    )
+
+
+def scope_examples(data_dir: Path = DATA_DIR) -> list[Example]:
+    """What the scope classifier learns from: the corpus's asks as ``simple`` (its
+    ``complex`` ones as ``multi``) and ``scope-train.jsonl``'s multi-part and
+    out-of-domain asks; each with its prefixes that can only be of its kind (every prefix
+    of a simple ask, the last 40% of a multi-part or out-of-domain one)."""
+    rows = [(e.text, "multi" if e.intent == "complex" else "simple") for e in load_corpus(data_dir)]
+    path = data_dir / "scope-train.jsonl"
+    if path.exists():
+        rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
+    out: list[Example] = []
+    for text, kind in rows:
+        out.append(Example(text, kind, lang_of(text)))
+        cut = prefixes(text, min_units=2)
+        keep = cut if kind == "simple" else cut[int(len(cut) * 0.6) :]
+        out.extend(Example(p, kind, lang_of(text)) for p in keep)
+    return out
+
+
+def scope_path(data_dir: Path = DATA_DIR) -> Path:
+    return data_dir / "scope-ngram.npz"
+
+
+def scope_digest(data_dir: Path = DATA_DIR) -> str:
+    h = hashlib.sha256((data_dir / "corpus.jsonl").read_bytes())
+    path = data_dir / "scope-train.jsonl"
+    if path.exists():
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def load_scope(data_dir: Path = DATA_DIR) -> IntentClassifier:
+    """The classifier of an ask's scope (``simple``, ``multi``, ``ood``): the shipped
+    ``scope-ngram.npz``, or one trained now (~2 s) when it is missing or stale."""
+    path, digest = scope_path(data_dir), scope_digest(data_dir)
+    if path.exists():
+        model = IntentClassifier.load(path)
+        if model.meta.get("data_sha256") == digest:
+            return model
+    return train_scope(data_dir)
+
+
+def train_scope(data_dir: Path = DATA_DIR) -> IntentClassifier:
+    model = IntentClassifier.train(scope_examples(data_dir), ngram=(1, 3), c=0.5)
+    model.meta["data_sha256"] = scope_digest(data_dir)
+    return model
+
+
+def load_generic_judge(path: Path = GENERIC_JUDGE) -> CalibratedJudge:
+    """The domain-free judge (:data:`GENERIC_JUDGE`); ``ConfigError`` when missing."""
+    if not path.exists():
+        raise ConfigError(f"{path}: no judge (fit one with `rtgate intents judge`)")
+    return CalibratedJudge.load(path)
+
+
+def familiarity(classifier: IntentClassifier, data_dir: Path = DATA_DIR) -> Familiarity:
+    """How familiar an ask is to the domain: its corpus (but the ``complex`` asks) read
+    through ``classifier``."""
+    texts = [e.text for e in load_corpus(data_dir) if e.intent != "complex"]
+    return Familiarity(classifier, texts)
+
+
+def load_asks(
+    path: Path, *, intents: tuple[str, ...] = INTENTS, kinds: tuple[str, ...] = _ASK_KINDS
+) -> list[Ask]:
+    """Asks from JSON Lines ``{"text", "lang", "kind", "intent"}``; ``ConfigError`` naming
+    the line for anything malformed (a simple ask needs a known intent)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read asks: {e}") from e
+    out: list[Ask] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            row = json.loads(line)
+            text, lang, kind, intent = row["text"], row["lang"], row["kind"], row.get("intent")
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ConfigError(f"{path}:{n}: not an ask: {e}") from e
+        if not isinstance(text, str) or not text.strip() or lang not in ("zh", "en"):
+            raise ConfigError(f"{path}:{n}: an ask needs a text and lang zh or en")
+        if kind not in kinds:
+            raise ConfigError(f"{path}:{n}: kind must be one of {', '.join(kinds)}")
+        if kind == "simple" and intent not in intents:
+            raise ConfigError(f"{path}:{n}: a simple ask needs a known intent, got {intent!r}")
+        out.append(Ask(text, lang, kind, intent if kind == "simple" else None))
+    return out

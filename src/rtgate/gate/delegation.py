@@ -60,12 +60,19 @@ class Delegation:
 
     def delegate(self, run: Run) -> None:
         """Queue a job for ``run.delegate_to`` if the request wants one and that tier beats
-        the answer; the trace records the job, or why it was refused."""
+        the answer, or for the best delegable tier when a judge did not trust the fast
+        answer (a fast answer a judge trusts is final); the trace records the job, or why
+        it was refused."""
+        if run.verdict is not None and run.verdict.answerable:
+            return  # a judge found the fast answer enough: the big model is not needed
         target = run.delegate_to
+        distrusted = run.abstained
+        if target is None and distrusted:
+            target = next((t for t in self.lineup.tiers if t.delegable), None)
         want = run.request.delegate if run.request.delegate is not None else self.config.delegate
         if not want or target is None:
             return
-        if run.answered is not None and run.answered.quality >= target.quality:
+        if run.answered is not None and run.answered.quality >= target.quality and not distrusted:
             return
         job = Job(new_job_id(), target.name, run.request, self.config.followup_budget_ms)
         self.jobs.add(job)

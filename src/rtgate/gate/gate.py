@@ -44,6 +44,7 @@ from rtgate.gate.types import (
 )
 from rtgate.gate.walk import Walk
 from rtgate.gate.warmup import warm_up
+from rtgate.tiers.answerability import Judge
 from rtgate.tiers.base import Tier
 
 __all__ = ["Gate"]
@@ -66,6 +67,7 @@ class Gate:
         queue: JobQueue | None = None,
         store: JobStore | None = None,
         priors: Mapping[str, Prior] | None = None,
+        judge: Judge | None = None,
     ) -> None:
         ordered = _checked(sorted(tiers, key=lambda t: -t.quality))
         priors = dict(priors or {})
@@ -84,7 +86,9 @@ class Gate:
             self._lineup, self._config, self._metrics, self._queue, self._jobs, self._background
         )
         executor = Executor(self._choice, self._config, self._metrics, self._background)
-        self._walk = Walk(self._choice, executor, self._delegation, self._metrics, self._config)
+        self._walk = Walk(
+            self._choice, executor, self._delegation, self._metrics, self._config, judge
+        )
         self.warm = False
         self.warmup_status: dict[str, str] = {}
         self._started = False
@@ -110,6 +114,12 @@ class Gate:
         """What the gate has learned of each tier's latency, to share with other replicas
         (:class:`~rtgate.delegate.warm.SharedLatency` loads into and saves these)."""
         return self._lineup.models
+
+    @property
+    def judge(self) -> Judge | None:
+        """What decides whether a fast answer can stand alone (``None``: every answer
+        that fits the budget does)."""
+        return self._walk.judge
 
     @property
     def config(self) -> GateConfig:

@@ -18,6 +18,7 @@ from rtgate.core.request import Piece, Request
 from rtgate.core.settings import setting
 from rtgate.core.trace import Trace
 from rtgate.gate.jobs import Job
+from rtgate.tiers.answerability import Verdict
 from rtgate.tiers.base import Tier
 
 __all__ = [
@@ -58,6 +59,12 @@ class GateConfig:
         child task that a cut-off abandons without waiting for it to unwind.
     last_resort_factor: before answering silently, try the cheapest skipped tier whose
         p99 is within this factor of what is left (0: never).
+    abstain_below: with a judge (``Gate(judge=…)``), a fast answer whose probability of
+        being right is below this is not trusted alone: the big model is asked in the
+        background too (0: the judge's own threshold, chosen when it was fitted).
+    on_abstain: what the caller gets now when a fast answer is not trusted: ``partial``
+        (the fast answer, marked partial in the trace) or ``placeholder`` (the
+        placeholder instead). Either way the delegable tier runs in the background.
 
     The bounds are declared here, once; the server's ``[gate]`` section is this class plus
     the server's own keys (:class:`rtgate.config.sections.GateSection`).
@@ -74,6 +81,8 @@ class GateConfig:
     probe_interval_ms: float = setting(5_000.0, ge=0)
     inline_ms: float = setting(1.0, ge=0)
     last_resort_factor: float = setting(4.0, ge=0)
+    abstain_below: float = setting(0.0, ge=0, le=1)
+    on_abstain: str = setting("partial", choices=("partial", "placeholder"))
 
 
 @dataclass(slots=True)
@@ -155,6 +164,12 @@ class Run:
     pieces: list[Piece] = field(default_factory=list)
     answered: Tier | None = None
     delegate_to: Tier | None = None
+    verdict: Verdict | None = None  # the judge's word on the fast answer, when there is one
+
+    @property
+    def abstained(self) -> bool:
+        """A judge found the fast answer unlikely to be right on its own."""
+        return self.verdict is not None and not self.verdict.answerable
 
     def remember_delegable(self, tier: Tier) -> None:
         """``tier`` could not answer in budget: if it is delegable and nothing was

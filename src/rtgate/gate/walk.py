@@ -8,6 +8,8 @@
         declined / cut off / error        -> next tier (a cut-off delegable tier is remembered)
     nothing answered                      -> a last resort, then silent (or the placeholder)
     a remembered tier beats the answer    -> delegated: a job runs it in the background
+    a judge does not trust a fast answer  -> delegated too (the answer marked partial, or
+                                             the placeholder instead, by policy)
 
 The cut-off keeps time in reserve for the next tier down, so the request is answered
 within its budget even when a backend hangs. This module is the policy of that walk; the
@@ -27,6 +29,7 @@ from rtgate.gate.choice import Choice
 from rtgate.gate.delegation import Delegation
 from rtgate.gate.executor import Executor
 from rtgate.gate.types import GateConfig, GateResult, Run, TokenEvent
+from rtgate.tiers.answerability import Judge, Verdict
 from rtgate.tiers.base import Tier
 
 __all__ = ["Walk"]
@@ -43,18 +46,21 @@ class Walk:
         delegation: Delegation,
         metrics: GateMetrics,
         config: GateConfig,
+        judge: Judge | None = None,
     ) -> None:
         self.choice = choice
         self.executor = executor
         self.delegation = delegation
         self.metrics = metrics
         self.config = config
+        self.judge = judge
 
     async def serve(self, run: Run) -> AsyncGenerator[TokenEvent, None]:
         """Walk the tiers for ``run``, yielding the answer's pieces as they come."""
         budget, scope, safety = run.budget, run.scope, self.config.safety_ms
         choice, attempt = self.choice, self.executor.attempt
         reserved: Tier | None = None  # the tier a previous cut-off kept time for
+        judging = self.judge is not None  # until the first answer has been judged
         for index, tier in enumerate(choice.lineup.tiers):
             room = budget.left_ms() - safety
             predicted = choice.predict(tier, scope)
@@ -73,8 +79,12 @@ class Walk:
                 hedge = choice.hedge_partner(index, room, scope)
             async with contextlib.aclosing(attempt(run, tier, predicted, cutoff, hedge)) as events:
                 async for ev in events:
+                    if judging and run.answered is not None:
+                        judging = False
+                        if self._distrusted(run):
+                            break  # the placeholder policy: nothing of this answer is shown
                     yield ev
-            if run.answered is not None:
+            if run.answered is not None or run.abstained:
                 return
         # Silence is the worst answer: before giving it, try the cheapest tier that was
         # skipped only on its prediction (a stale outlier, a stall) with what is left.
@@ -89,6 +99,37 @@ class Walk:
                 run.trace.attempts[-1].detail = "last resort"
                 return
         run.trace.degraded = run.trace.degraded or "no tier answered in budget"
+
+    def _distrusted(self, run: Run) -> bool:
+        """Judge the fast answer that just gave its first piece (once per request). True
+        when it is not trusted and the policy replaces it with the placeholder: the run
+        then holds no answer, and the walk ends."""
+        tier, judge = run.answered, self.judge
+        if judge is None or tier is None or tier.delegable or not run.pieces:
+            return False
+        if run.request.delegate is False:
+            return False  # the caller wants no big model: there is nothing to decide
+        first = run.pieces[0]
+        if first.data is not None and first.data.get("deep"):
+            return False  # the big model's own answer, kept by a cache: nothing to judge
+        verdict = judge.judge(run.request, first)
+        if self.config.abstain_below > 0:
+            verdict = Verdict(verdict.p_right, self.config.abstain_below, verdict.reasons)
+        run.verdict = verdict
+        trace = run.trace
+        trace.confidence = verdict.p_right
+        if verdict.answerable:
+            return False
+        trace.abstained = f"{tier.name} not trusted alone ({verdict.why()})"
+        self.metrics.attempt(tier.name, "abstained")
+        if self.config.on_abstain != "placeholder":
+            trace.partial = True
+            return False
+        trace.attempts[-1].detail = "not trusted alone"
+        run.answered = None
+        run.pieces.clear()
+        run.times.clear()
+        return True
 
     def _skip(self, run: Run, tier: Tier, predicted: float, room: float) -> None:
         """``tier`` cannot fit: remember it for delegation, or have it probed."""
@@ -115,7 +156,9 @@ class Walk:
             text = str(run.request.meta.get("placeholder", self.config.placeholder))
             run.pieces = [Piece(text)] if text else []
         skipped = [a.tier for a in trace.attempts if a.outcome != "answered"]
-        if run.answered is not None and skipped and trace.degraded is None:
+        if run.abstained and trace.degraded is None:
+            trace.degraded = trace.abstained
+        elif run.answered is not None and skipped and trace.degraded is None:
             trace.degraded = "fell back past " + ", ".join(dict.fromkeys(skipped))
         self.delegation.delegate(run)
         end_ms = trace.elapsed_ms

@@ -137,6 +137,24 @@ class IntentClassifier:
         norm = float(np.sqrt(vals @ vals))
         return ids, (vals / norm if norm > 0 else vals)
 
+    @property
+    def idf(self) -> FloatArray:
+        """The inverse document frequency of each n-gram of the vocabulary."""
+        return self._idf
+
+    def known_weight(self, text: str, unseen_idf: float) -> tuple[float, float]:
+        """The IDF weight of ``text``'s n-grams the vocabulary has, and of all of them (an
+        unseen n-gram weighs ``unseen_idf``)."""
+        seen = total = 0.0
+        get = self._vocab.get
+        for gram, count in Counter(char_ngrams(normalize(text), *self.ngram, self.words)).items():
+            j = get(gram)
+            w = (1.0 + math.log(count)) * (float(self._idf[j]) if j is not None else unseen_idf)
+            total += w
+            if j is not None:
+                seen += w
+        return seen, total
+
     def proba(self, text: str) -> FloatArray:
         """Calibrated probabilities, in the order of ``classes``."""
         return self.head.proba_sparse(*self.features(text))

@@ -45,7 +45,9 @@ class RememberAnswers(Tier):
                 await closer()
         single_turn = not any(m.role == "assistant" for m in request.messages)
         if single_turn and parts and len(self._pending) < self.max_pending:
-            put = self.cache.put(request.input, "".join(parts), {"source": self.name})
+            # a big model's answer is marked ``deep``: a judge has nothing to doubt in it
+            data = {"source": self.name, "deep": True} if self.delegable else {"source": self.name}
+            put = self.cache.put(request.input, "".join(parts), data)
             self._pending.spawn(put)
 
     async def drain(self) -> None:

@@ -1,0 +1,280 @@
+"""Can the fast path answer this? A calibrated probability that a fast tier's answer is
+right, from the tier's own confidence and the ask's complexity signals.
+
+A fast tier (template, cache, classifier) reports how sure it is of *its* reading; it
+cannot see that the ask has three questions in it, or is about a mortgage. A
+:class:`Judge` weighs both into ``p_right``, the probability that the fast answer is what
+the caller needed, and the gate delegates to the big model when that is too low
+(:mod:`rtgate.gate.walk`). :class:`CalibratedJudge` is a logistic model over
+:class:`~rtgate.tiers.complexity.Signals` and the classifier's reading, fitted on held-out
+asks (:func:`fit_judge`) and saved as JSON beside the domain's data; its calibration is
+checked with :func:`reliability` and :func:`expected_calibration_error`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from rtgate.core.errors import ConfigError
+from rtgate.core.request import Piece, Request
+from rtgate.tiers._linear import FloatArray
+from rtgate.tiers.classifier import IntentClassifier, IntentRanker
+from rtgate.tiers.complexity import Signals, Vocabulary, read_signals
+
+__all__ = [
+    "CalibratedJudge",
+    "Familiarity",
+    "Judge",
+    "Verdict",
+    "expected_calibration_error",
+    "feature_names",
+    "fit_judge",
+    "reliability",
+]
+
+_FORMAT = "rtgate.judge/1"
+_EPS = 1e-4
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A judge's word on one fast answer: the probability it is right, the bar it must
+    reach, and the signals that weighed against it (for the trace)."""
+
+    p_right: float
+    threshold: float
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def answerable(self) -> bool:
+        return self.p_right >= self.threshold
+
+    def why(self) -> str:
+        """One line for a trace: ``"p=0.12 < 0.40: 3 clauses, 2 intents"``."""
+        head = f"p={self.p_right:.2f} {'>=' if self.answerable else '<'} {self.threshold:.2f}"
+        return f"{head}: {', '.join(self.reasons)}" if self.reasons else head
+
+
+class Judge(Protocol):
+    """Decides whether a fast answer can stand alone. ``piece`` is the fast tier's first
+    piece (its ``data`` may carry a ``confidence``), ``None`` to judge the ask alone."""
+
+    threshold: float
+
+    def judge(self, request: Request, piece: Piece | None) -> Verdict: ...
+
+
+def feature_names() -> list[str]:
+    """The inputs of :class:`CalibratedJudge`, in order."""
+    return ["logit_confidence", "logit_top3", "p_complex", "p_multi", "p_ood",
+            *Familiarity.names(), *Signals.names()]  # fmt: skip
+
+
+class Familiarity:
+    """How much an ask looks like what the domain knows, read through an
+    :class:`~rtgate.tiers.classifier.IntentClassifier`'s own n-gram space:
+
+    - ``max_logit``: the classifier's best raw score (before its calibrated softmax, which
+      hides that an out-of-domain ask scores low for *every* intent);
+    - ``known``: the share of the ask's n-grams (IDF-weighted) the classifier has seen;
+    - ``nearest``: the cosine similarity of the nearest example of ``texts`` (the corpus).
+
+    A few hundred microseconds an ask; numpy only.
+    """
+
+    def __init__(self, classifier: IntentClassifier, texts: Sequence[str]) -> None:
+        self.classifier = classifier
+        self._max_idf = float(classifier.idf.max()) if len(classifier.idf) else 1.0
+        cols: list[npt.NDArray[np.intp]] = []
+        rows: list[npt.NDArray[np.intp]] = []
+        vals: list[FloatArray] = []
+        for r, text in enumerate(texts):
+            ids, v = classifier.features(text)
+            cols.append(ids)
+            rows.append(np.full(len(ids), r, dtype=np.intp))
+            vals.append(v)
+        col = np.concatenate(cols) if cols else np.zeros(0, dtype=np.intp)
+        order = np.argsort(col, kind="stable")
+        self._n = len(texts)
+        self._rows = (np.concatenate(rows) if rows else col)[order]
+        self._vals = (np.concatenate(vals) if vals else np.zeros(0))[order]
+        self._start = np.searchsorted(col[order], np.arange(len(classifier.idf) + 1))
+
+    @staticmethod
+    def names() -> list[str]:
+        return ["max_logit", "known", "nearest"]
+
+    def measure(self, text: str) -> list[float]:
+        clf = self.classifier
+        ids, vals = clf.features(text)
+        head = clf.head
+        max_logit = float((vals @ head.coef[ids] + head.intercept).max()) if len(ids) else 0.0
+        seen, total = clf.known_weight(text, self._max_idf)
+        if not len(ids) or not self._n:
+            return [max_logit, seen / total if total else 0.0, 0.0]
+        starts, ends = self._start[ids], self._start[ids + 1]
+        take = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends, strict=True)])
+        weights = np.repeat(vals, ends - starts)
+        sims = np.bincount(self._rows[take], weights=weights * self._vals[take], minlength=self._n)
+        return [max_logit, seen / total if total else 0.0, float(sims.max())]
+
+
+def _logit(p: float) -> float:
+    p = min(1.0 - _EPS, max(_EPS, p))
+    return math.log(p / (1.0 - p))
+
+
+@dataclass(slots=True)
+class CalibratedJudge:
+    """A logistic model over :func:`feature_names` (see the module docstring).
+
+    ``ranker`` reads the ask (top intent, top-3 mass, the ``complex`` intent) and each of
+    its clauses; ``vocabulary`` tells words the domain never uses. ``threshold`` is the
+    ``p_right`` below which the gate delegates, chosen when the judge was fitted.
+    """
+
+    coef: Sequence[float]
+    intercept: float
+    threshold: float
+    ranker: IntentRanker | None = None
+    vocabulary: Vocabulary | None = None
+    familiarity: Familiarity | None = None
+    scope: IntentRanker | None = None  # classes simple / multi / ood
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.coef) != len(feature_names()):
+            raise ConfigError(f"judge: {len(self.coef)} weights for {len(feature_names())} inputs")
+
+    def features(self, text: str, piece: Piece | None = None) -> tuple[list[float], Signals]:
+        """The model's inputs for ``text`` (and a fast answer's claimed confidence)."""
+        top1, top3, p_complex = 1.0, 1.0, 0.0
+        if self.ranker is not None and text.strip():
+            ranked = self.ranker.rank(text)
+            top1 = ranked[0][1]
+            top3 = sum(p for _, p in ranked[:3])
+            p_complex = dict(ranked).get("complex", 0.0)
+        conf = top1
+        data: Mapping[str, Any] | None = piece.data if piece is not None else None
+        claimed = data.get("confidence") if data is not None else None
+        if isinstance(claimed, int | float) and not isinstance(claimed, bool):
+            conf = float(claimed)
+        p_multi = p_ood = 0.0
+        if self.scope is not None and text.strip():
+            kinds = dict(self.scope.rank(text))
+            p_multi, p_ood = kinds.get("multi", 0.0), kinds.get("ood", 0.0)
+        signals = read_signals(text, vocabulary=self.vocabulary, ranker=self.ranker)
+        known = self.familiarity.measure(text) if self.familiarity is not None else [0.0, 1.0, 1.0]
+        head = [_logit(conf), _logit(top3), p_complex, p_multi, p_ood]
+        return [*head, *known, *signals.features()], signals
+
+    def probability(self, x: Sequence[float]) -> float:
+        z = self.intercept + sum(w * v for w, v in zip(self.coef, x, strict=True))
+        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+
+    def judge(self, request: Request, piece: Piece | None) -> Verdict:
+        x, signals = self.features(request.input, piece)
+        p = self.probability(x)
+        reasons = signals.reasons()
+        for name, at in (("complex", 2), ("multi-part", 3), ("out-of-domain", 4)):
+            if x[at] >= 0.5:
+                reasons.insert(0, f"reads as {name} (p={x[at]:.2f})")
+        return Verdict(p, self.threshold, tuple(reasons))
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": _FORMAT,
+            "features": feature_names(),
+            "coef": [round(float(w), 6) for w in self.coef],
+            "intercept": round(float(self.intercept), 6),
+            "threshold": self.threshold,
+            "meta": self.meta,
+        }
+
+    def save(self, path: str | Path) -> None:
+        text = json.dumps(self.to_dict(), indent=1, ensure_ascii=False)
+        Path(path).write_text(text + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        ranker: IntentRanker | None = None,
+        vocabulary: Vocabulary | None = None,
+        familiarity: Familiarity | None = None,
+        scope: IntentRanker | None = None,
+    ) -> CalibratedJudge:
+        """A judge saved by :meth:`save`; ``ConfigError`` if the file is not one, or was
+        fitted on other inputs than this version reads."""
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ConfigError(f"{path}: cannot read the judge: {e}") from e
+        if not isinstance(raw, dict) or raw.get("format") != _FORMAT:
+            raise ConfigError(f"{path}: not a judge file ({_FORMAT})")
+        if raw.get("features") != feature_names():
+            raise ConfigError(f"{path}: fitted on other inputs; refit it (rtgate intents judge)")
+        try:
+            coef = [float(w) for w in raw["coef"]]
+            intercept, threshold = float(raw["intercept"]), float(raw["threshold"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{path}: malformed judge: {e}") from e
+        if not 0.0 <= threshold <= 1.0:
+            raise ConfigError(f"{path}: threshold {threshold} is not in [0, 1]")
+        meta: dict[str, Any] = raw["meta"] if isinstance(raw.get("meta"), dict) else {}
+        return cls(coef, intercept, threshold, ranker, vocabulary, familiarity, scope, dict(meta))
+
+
+def fit_judge(
+    x: Sequence[Sequence[float]], y: Sequence[int], *, c: float = 1.0
+) -> tuple[list[float], float]:
+    """Logistic weights and intercept for rows ``x`` labelled ``y`` (1: the fast path could
+    answer). Fitted on standardised inputs, so the penalty treats every input alike, and
+    returned in the inputs' own units (needs scikit-learn)."""
+    from sklearn.linear_model import LogisticRegression
+
+    a = np.asarray(x, dtype=np.float64)
+    mu, sd = a.mean(axis=0), a.std(axis=0)
+    sd[sd == 0] = 1.0
+    model = LogisticRegression(C=c, max_iter=5000)
+    model.fit((a - mu) / sd, list(y))
+    w = model.coef_[0] / sd
+    b = float(model.intercept_[0] - (w * mu).sum())
+    return [float(v) for v in w], b
+
+
+def reliability(p: Sequence[float], y: Sequence[int], bins: int = 10) -> list[dict[str, Any]]:
+    """The reliability diagram's points: per equal-width bin of predicted probability, how
+    many fell in it, their mean prediction and the share that were right."""
+    out: list[dict[str, Any]] = []
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        idx = [i for i, v in enumerate(p) if lo <= v < hi or (b == bins - 1 and v == 1.0)]
+        if idx:
+            out.append({
+                "bin": [round(lo, 3), round(hi, 3)],
+                "n": len(idx),
+                "mean_p": round(sum(p[i] for i in idx) / len(idx), 4),
+                "right": round(sum(y[i] for i in idx) / len(idx), 4),
+            })  # fmt: skip
+    return out
+
+
+def expected_calibration_error(p: Sequence[float], y: Sequence[int], bins: int = 10) -> float:
+    """The mean gap between predicted and observed, weighted by each bin's share."""
+    total = len(p)
+    if not total:
+        return 0.0
+    gaps = (b["n"] / total * abs(b["mean_p"] - b["right"]) for b in reliability(p, y, bins))
+    return float(sum(gaps))

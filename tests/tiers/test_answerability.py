@@ -1,0 +1,214 @@
+"""Complexity signals, the calibrated judge, its file, and the calibration measures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rtgate.core.errors import ConfigError
+from rtgate.core.request import Piece, Request
+from rtgate.domains.loader import familiarity, judge_path, load_asks, load_judge, vocabulary
+from rtgate.tiers.answerability import (
+    CalibratedJudge,
+    Verdict,
+    expected_calibration_error,
+    feature_names,
+    fit_judge,
+    reliability,
+)
+from rtgate.tiers.classifier import IntentClassifier
+from rtgate.tiers.complexity import Vocabulary, clauses, read_signals
+
+
+def test_clauses_split_on_punctuation_and_joining_words() -> None:
+    assert clauses("账单多少，另外能分期吗？") == ["账单多少", "能分期吗"]
+    assert clauses("raise my limit and also waive the fee") == ["raise my limit", "waive the fee"]
+    assert clauses("，，。") == []
+
+
+def test_signals_count_what_makes_an_ask_complex() -> None:
+    simple = read_signals("我的账单")
+    multi = read_signals("如果我下个月只还最低还款，利息怎么算？会不会影响征信？")
+    assert simple.clauses == 1 and simple.conditions == 0 and simple.questions == 0
+    assert multi.clauses == 3 and multi.questions == 2
+    assert multi.conditions >= 1 and multi.dates == 1
+    en = read_signals("If I pay only $200 on March 3rd, will I be charged interest?")
+    assert en.conditions == 1 and en.numbers >= 2 and en.dates >= 1 and en.questions == 1
+    assert not en.zh and len(en.features()) == len(en.names())
+    assert "1 condition" in en.reasons()
+
+
+def test_negation_survives_the_normaliser() -> None:
+    assert read_signals("I didn't make this charge").negations == 1
+    assert read_signals("卡没收到").negations == 1
+
+
+def test_unknown_share_sees_words_the_domain_never_uses() -> None:
+    vocab = Vocabulary.from_texts(["我的账单多少", "how do i pay my bill"])
+    assert vocab.unknown_share("我的账单") == 0.0
+    assert vocab.unknown_share("今天天气") == 1.0
+    assert vocab.unknown_share("pay my mortgage") == pytest.approx(1 / 3)
+
+
+class TwoIntents:
+    """A ranker that reads "bill" and "fee" as two intents, anything else as unsure."""
+
+    classes: tuple[str, ...] = ("bill", "fee", "complex")
+    blocking = False
+
+    def rank(self, text: str) -> list[tuple[str, float]]:
+        if "bill" in text:
+            return [("bill", 0.9), ("fee", 0.05), ("complex", 0.05)]
+        if "fee" in text:
+            return [("fee", 0.9), ("bill", 0.05), ("complex", 0.05)]
+        return [("complex", 0.4), ("bill", 0.3), ("fee", 0.3)]
+
+
+def test_clause_intents_count_distinct_confident_ones() -> None:
+    r = TwoIntents()
+    assert read_signals("show my bill, and also waive the fee", ranker=r).intents == 2
+    assert read_signals("show my bill please, the bill for may", ranker=r).intents == 1
+    assert read_signals("something else entirely here", ranker=r).intents == 0
+
+
+def test_a_verdict_says_why_in_one_line() -> None:
+    v = Verdict(0.12, 0.4, ("3 clauses", "2 intents"))
+    assert not v.answerable and v.why() == "p=0.12 < 0.40: 3 clauses, 2 intents"
+    assert Verdict(0.5, 0.4).why() == "p=0.50 >= 0.40"
+
+
+def test_the_judge_is_a_logistic_model_over_its_features() -> None:
+    names = feature_names()
+    coef = [0.0] * len(names)
+    coef[names.index("log_clauses")] = -3.0
+    judge = CalibratedJudge(coef, 3.0, 0.5)
+    one = judge.judge(Request("my bill"), None)
+    three = judge.judge(Request("my bill, my fee, my card"), None)
+    assert one.p_right > 0.5 > three.p_right and "3 clauses" in three.reasons
+    # the piece's claimed confidence is an input of its own
+    coef2 = [0.0] * len(names)
+    coef2[0] = 1.0
+    trusting = CalibratedJudge(coef2, 0.0, 0.5)
+    low = trusting.judge(Request("x"), Piece("a", {"confidence": 0.1}))
+    high = trusting.judge(Request("x"), Piece("a", {"confidence": 0.9}))
+    assert low.p_right == pytest.approx(0.1, abs=1e-6) and high.p_right > 0.89
+    with pytest.raises(ConfigError):
+        CalibratedJudge([1.0], 0.0, 0.5)
+
+
+def test_a_judge_round_trips_through_its_file(tmp_path: Path) -> None:
+    coef = [0.1 * i for i in range(len(feature_names()))]
+    judge = CalibratedJudge(coef, -0.5, 0.3, meta={"fitted_on": "x"})
+    path = tmp_path / "judge.json"
+    judge.save(path)
+    back = CalibratedJudge.load(path)
+    assert list(back.coef) == pytest.approx(coef) and back.intercept == -0.5
+    assert back.threshold == 0.3 and back.meta == {"fitted_on": "x"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "not json",
+        '{"format": "other"}',
+        '{"format": "rtgate.judge/1", "features": ["a"], "coef": [1], "intercept": 0, '
+        '"threshold": 0.5}',
+    ],
+)
+def test_a_bad_judge_file_is_a_clear_error(tmp_path: Path, body: str) -> None:
+    path = tmp_path / "judge.json"
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(ConfigError, match="judge"):
+        CalibratedJudge.load(path)
+
+
+def test_a_threshold_out_of_range_is_refused(tmp_path: Path) -> None:
+    judge = CalibratedJudge([0.0] * len(feature_names()), 0.0, 0.5)
+    raw = judge.to_dict() | {"threshold": 1.5}
+    path = tmp_path / "judge.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(ConfigError, match="threshold"):
+        CalibratedJudge.load(path)
+
+
+def test_fitting_separates_and_returns_weights_in_the_inputs_units() -> None:
+    x = [[float(i), 100.0 + i % 3] for i in range(40)]
+    y = [int(i >= 20) for i in range(40)]
+    coef, b = fit_judge(x, y, c=10.0)
+    z = [b + coef[0] * r[0] + coef[1] * r[1] for r in x]
+    assert all((v > 0) == bool(label) for v, label in zip(z, y, strict=True))
+
+
+def test_reliability_and_ece() -> None:
+    p = [0.1, 0.1, 0.9, 0.9]
+    assert expected_calibration_error(p, [0, 0, 1, 1]) == pytest.approx(0.1)
+    bins = reliability(p, [0, 1, 1, 1])
+    assert [b["n"] for b in bins] == [2, 2]
+    assert bins[0]["right"] == 0.5 and bins[1]["mean_p"] == 0.9
+    assert expected_calibration_error([], []) == 0.0
+    assert reliability([1.0], [1])[0]["bin"] == [0.9, 1.0]
+
+
+def test_the_packaged_judge_loads_and_reads_the_domain() -> None:
+    assert judge_path().exists()
+    judge = load_judge()
+    simple = judge.judge(Request("我的账单"), None)
+    multi = judge.judge(
+        Request("如果我下个月只还最低还款，利息怎么算，会不会影响征信，另外年费能不能免"), None
+    )
+    assert 0.0 <= multi.p_right < simple.p_right <= 1.0
+    assert multi.reasons  # the trace has something to say
+
+
+def test_familiarity_knows_the_corpus_from_the_weather() -> None:
+    from rtgate.domains.loader import load_classifier
+
+    clf = load_classifier("ngram")
+    assert isinstance(clf, IntentClassifier)
+    fam = familiarity(clf)
+    known = fam.measure("我想查一下我的账单")
+    strange = fam.measure("明天北京天气怎么样")
+    assert known[2] > strange[2]  # nearest corpus example
+    assert known[1] > strange[1]  # share of known n-grams
+    assert vocabulary().unknown_share("我的账单") < 0.5
+
+
+def test_asks_load_and_bad_lines_are_named(tmp_path: Path) -> None:
+    good = tmp_path / "asks.jsonl"
+    good.write_text(
+        '{"text": "我的账单", "lang": "zh", "kind": "simple", "intent": "bill_query"}\n'
+        "# a comment\n\n"
+        '{"text": "weather?", "lang": "en", "kind": "ood", "intent": null}\n',
+        encoding="utf-8",
+    )
+    asks = load_asks(good)
+    assert [(a.kind, a.intent) for a in asks] == [("simple", "bill_query"), ("ood", None)]
+    for line, match in [
+        ('{"text": "x", "lang": "fr", "kind": "simple", "intent": "bill_query"}', "lang"),
+        ('{"text": "x", "lang": "en", "kind": "odd"}', "kind"),
+        ('{"text": "x", "lang": "en", "kind": "simple", "intent": "nope"}', "intent"),
+        ("[1, 2]", "not an ask"),
+    ]:
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(line + "\n", encoding="utf-8")
+        with pytest.raises(ConfigError, match=match) as e:
+            load_asks(bad)
+        assert ":1:" in str(e.value)
+
+
+def test_the_shipped_ask_sets_are_well_formed_and_apart() -> None:
+    from rtgate.domains.loader import DATA_DIR
+
+    tune = load_asks(DATA_DIR / "asks-tune.jsonl")
+    held = load_asks(DATA_DIR / "asks-eval.jsonl")
+    assert len([a for a in held if a.kind == "simple"]) >= 200
+    assert len([a for a in held if a.kind != "simple"]) >= 60
+    assert {a.lang for a in held} == {"zh", "en"}
+    # no ask of the evaluation set is one the judge or the classifier learned from
+    from rtgate.domains.loader import load_corpus
+    from rtgate.tiers.textnorm import normalize
+
+    seen = {normalize(a.text) for a in tune} | {normalize(e.text) for e in load_corpus()}
+    assert not seen & {normalize(a.text) for a in held}
