@@ -160,3 +160,31 @@ async def test_classifier_and_cache_sections_build_their_tiers() -> None:
     async with asm.gate:
         res = await asm.gate.answer(Request("我的卡丢了怎么办", delegate=False), 100)
     assert res.route == "classifier" and res.data[0]["intent"] == "card_loss"
+
+
+async def test_the_gate_judge_delegates_a_multi_part_ask_the_classifier_answered() -> None:
+    from rtgate.core.request import Request
+
+    env = {
+        "RTGATE_CLASSIFIER_ENABLED": "1",
+        "RTGATE_TEMPLATES_ENABLED": "0",
+        "RTGATE_LOCAL_ENABLED": "0",
+        "RTGATE_GATE_JUDGE": "cards",
+    }
+    asm = assemble(load_config(env=env))
+    assert asm.gate.judge is not None and asm.gate.judge.threshold > 0
+    ask = "我的卡丢了，挂失以后自动还款还会扣吗？年费退不退？补卡要多久？"
+    async with asm.gate:
+        simple = await asm.gate.answer(Request("我的卡丢了怎么办"), 100)
+        multi = await asm.gate.answer(Request(ask), 100)
+    assert simple.route == "classifier" and simple.job_id is None
+    assert simple.trace.confidence is not None and not simple.trace.partial
+    assert multi.route == "classifier" and multi.trace.partial  # a keyword matched
+    assert multi.job_id is not None and multi.trace.delegated_to == "cloud"
+    assert multi.trace.abstained and "intents" in multi.trace.abstained
+
+
+def test_an_unknown_judge_folder_is_a_config_error(tmp_path: Path) -> None:
+    env = {"RTGATE_GATE_JUDGE": str(tmp_path), "RTGATE_LOCAL_ENABLED": "0"}
+    with pytest.raises(ConfigError, match="no judge"):
+        assemble(load_config(env=env))

@@ -35,6 +35,7 @@ from rtgate.resilience.admission import ConcurrencyLimiter
 from rtgate.resilience.settings import ResilienceConfig
 from rtgate.resilience.wire import with_policy
 from rtgate.resilience.wrap import TierWrapper
+from rtgate.tiers.answerability import Judge
 from rtgate.tiers.base import Tier
 from rtgate.tiers.emulated import EmulatedLatency
 from rtgate.tiers.remember import RememberAnswers
@@ -133,9 +134,21 @@ def assemble(config: Config) -> Assembly:
         queue=make_queue(config.delegation, store),
         store=store,
         priors={n: b.prior for n, b in built.items() if b.prior is not None},
+        judge=_judge(config.gate.judge),
     )
     infos = sorted((b.info for b in built.values()), key=lambda i: -i.quality)
     return Assembly(gate, cloud_mode(infos), infos, context.notes, closers=context.closers)
+
+
+def _judge(name: str) -> Judge | None:
+    """The ``[gate] judge``: none, the packaged domain's, or a domain folder's."""
+    if not name:
+        return None
+    from pathlib import Path
+
+    from rtgate.domains.loader import DATA_DIR, load_judge
+
+    return load_judge(DATA_DIR if name == "cards" else Path(name).expanduser())
 
 
 def _build(kind: TierKind[Any], decl: TierDecl, context: BuildContext) -> Built:

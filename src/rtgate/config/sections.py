@@ -78,6 +78,10 @@ class GateSection(GateConfig):
     warmup: bool = True
     warmup_budget_ms: float = setting(60_000.0, gt=0, le=3_600_000)
     warmup_max_tokens: int = setting(16, ge=1)
+    # the judge of whether a fast answer can stand alone: "" (none), "cards" (the packaged
+    # credit-card domain's) or a domain folder holding a judge.json (fitted by `rtgate
+    # intents judge`); below its threshold the big model is asked too (see abstain_below)
+    judge: str = ""
 
 
 # The shorthand sections: each declares the tier of its name ([templates] the tier named

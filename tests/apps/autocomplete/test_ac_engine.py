@@ -149,3 +149,47 @@ def test_bad_input_is_refused_clearly() -> None:
         with pytest.raises(InvalidRequest):
             check_budget(bad)
     assert check_budget(150) == 150.0
+
+
+MULTI_WITH_KEYWORDS = "我的卡丢了，挂失以后自动还款还会扣吗？年费退不退？补卡要多久？"
+
+
+async def test_a_multi_part_ask_a_fast_tier_answered_still_reaches_the_cloud(
+    reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
+) -> None:
+    async with engine_with(reader, cloud=gated) as engine:
+        assert engine.gate.judge is not None  # the packaged domain's judge
+        res = await engine.complete(MULTI_WITH_KEYWORDS)
+        d = res.to_dict()
+        check_shape(d)
+        assert d["route"] == "cloud_async" and d["partial"] is True and res.job_id
+        # the fast suggestions for what is simple in it come first, the placeholder last
+        *fast, last = res.candidates
+        assert fast and all(c.source != "cloud" for c in fast)
+        assert last.to_dict() == {"text": PLACEHOLDER["zh"], "intent": "complex", "source": "cloud"}
+        assert "card_loss" in [c.intent for c in fast]
+        assert d["trace"]["partial"] and "not trusted alone" in d["trace"]["abstained"]
+        cloud.release.set()
+        later = await engine.followup(res.job_id)
+        assert later.route == "cloud" and later.candidates
+
+
+async def test_a_simple_ask_stays_on_the_fast_path_with_the_judges_confidence(
+    reader: Reader, gated: BackgroundOnly
+) -> None:
+    async with engine_with(reader, cloud=gated) as engine:
+        res = await engine.complete("我想查一下我的账单")
+    assert res.route == "template" and res.job_id is None and not res.partial
+    assert res.trace["confidence"] > engine.gate.judge.threshold  # type: ignore[union-attr]
+
+
+async def test_without_the_judge_a_keyword_answer_is_final(
+    reader: Reader, gated: BackgroundOnly
+) -> None:
+    from rtgate.apps.autocomplete.engine import EngineConfig
+
+    async with engine_with(reader, cloud=gated, config=EngineConfig(judge=False)) as engine:
+        assert engine.gate.judge is None
+        res = await engine.complete(MULTI_WITH_KEYWORDS)
+    assert not res.partial and res.trace["partial"] is False
+    assert res.trace["confidence"] is None and res.trace["abstained"] is None

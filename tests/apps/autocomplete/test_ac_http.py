@@ -27,8 +27,9 @@ async def test_complete_answers_in_the_documented_shape(client: httpx.AsyncClien
     r = await client.post("/v1/complete", json={"prefix": "我想把", "budget_ms": 150})
     assert r.status_code == 200
     body = r.json()
-    assert set(body) == {"candidates", "route", "elapsed_ms", "trace"}
+    assert set(body) == {"candidates", "route", "elapsed_ms", "partial", "trace"}
     assert body["route"] == "template" and 1 <= len(body["candidates"]) <= 5
+    assert body["partial"] is False
     assert body["elapsed_ms"] < 150 and body["trace"]["budget_ms"] == 150
 
 

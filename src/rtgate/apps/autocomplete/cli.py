@@ -102,6 +102,40 @@ def bench_autocomplete(
         console.print(f"[dim]wrote {json_file}[/dim]")
 
 
+@bench_app.command("abstention")
+def bench_abstention(
+    sets: str = typer.Option("tune,eval", "--sets", help="ask sets: tune, eval or both"),
+    json_file: Path | None = typer.Option(None, "--json", help="write the report here"),
+    budget_ms: float = typer.Option(150.0, "--budget-ms", min=5.0),
+    judge: bool = typer.Option(True, help="--no-judge: the engine without its judge"),
+) -> None:
+    """Multi-part / out-of-domain asks sent to the big model, simple asks kept fast, top-3
+    intent and calibration, per ask set (typed as the replay types them)."""
+    from rtgate.apps.autocomplete.abstention import run_sets
+    from rtgate.core.errors import InvalidRequest
+
+    names = [s.strip() for s in sets.split(",") if s.strip()]
+    try:
+        report = run_sets(names, budget_ms=budget_ms, judge=judge)
+    except InvalidRequest as e:
+        console.print(f"[red]invalid request:[/red] {e}")
+        raise typer.Exit(2) from e
+    for name, r in report.items():
+        a = r["all"]
+        cal = r.get("calibration", {})
+        console.print(
+            f"[bold]{name}[/bold] ({r['n_asks']} asks): complex delegated "
+            f"{a['complex_delegated']:.1%} (multi {a['multi']['delegated']:.1%}, ood "
+            f"{a['ood']['delegated']:.1%}), simple kept fast {a['simple_fast']:.1%}, simple "
+            f"top-3 {r['simple_top3']:.1%}, ECE {cal.get('ece', float('nan')):.3f}, p99 "
+            f"{r['p99_ms']:.1f} ms, over budget {r['over_budget']}"
+        )
+    if json_file is not None:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", "utf-8")
+        console.print(f"[dim]wrote {json_file}[/dim]")
+
+
 def _table(r: dict[str, Any]) -> None:
     table = Table(title=f"rtgate bench autocomplete ({r['meta']['mode']}, n={r['n']})")
     table.add_column("")

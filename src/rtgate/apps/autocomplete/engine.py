@@ -10,7 +10,11 @@ Nothing answers a complex or unknown long ask inline, so the gate skips the clou
 silently and delegates the ask to the cloud in the background: the engine turns that into
 route ``cloud_async`` with a placeholder suggestion, and the cloud's suggestions later
 (:meth:`AutocompleteEngine.followup`; they are also cached for the next user who types
-the same prefix). The cloud is a model wrapped in the ``CLOUD_70B`` latency profile, a
+the same prefix). A fast answer the domain's judge does not trust (a multi-part or
+out-of-domain ask that still matched a keyword, :mod:`rtgate.tiers.answerability`) is
+route ``cloud_async`` too: its fast suggestions are shown, marked partial, with the
+placeholder after them, and the cloud is asked in the background all the same.
+The cloud is a model wrapped in the ``CLOUD_70B`` latency profile, a
 named emulation.
 
 Modes: ``emulated`` ranks with a bigram scorer behind the ``LOCAL_8B`` profile (no model
@@ -41,7 +45,7 @@ from rtgate.core.budget import Budget
 from rtgate.core.errors import InvalidBudget, InvalidRequest, JobNotFound
 from rtgate.core.request import Request
 from rtgate.core.text_rules import check_text
-from rtgate.domains.loader import INTENTS, load_corpus, load_templates
+from rtgate.domains.loader import INTENTS, judge_path, load_corpus, load_judge, load_templates
 from rtgate.gate import Gate, GateConfig
 from rtgate.gate.inprocess_queue import InProcessQueue
 from rtgate.tiers.base import Tier
@@ -75,18 +79,20 @@ ROUTES = ("template", "cache", "local", "cloud_async", "silent")
 @dataclass(slots=True)
 class EngineConfig:
     """How to build an engine. ``cloud_min_units``: shorter prefixes never go to the cloud
-    (characters for Chinese, words for English); nor does an English prefix that ends
-    inside a word (:func:`at_boundary`)."""
+    (characters for Chinese; ``cloud_min_words`` words for English, the same number when
+    unset); nor does an English prefix that ends inside a word (:func:`at_boundary`)."""
 
     mode: Mode = "emulated"
     templates: bool = True
     model: str = "gemma3-270m"
     cloud_min_units: int = 6
+    cloud_min_words: int | None = None
     refine_queue: int = 32
     cloud_workers: int = 16
     cloud_queue: int = 128
     seed: int = 0
     local: dict[str, Any] = field(default_factory=dict)  # LocalSuggestTier keyword args
+    judge: bool = True  # the domain's judge decides whether a fast answer can stand alone
 
 
 @dataclass(slots=True)
@@ -99,12 +105,14 @@ class CompleteResult:
     elapsed_ms: float
     job_id: str | None = None
     trace: dict[str, Any] = field(default_factory=dict)
+    partial: bool = False  # fast suggestions shown while the cloud works on the whole ask
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "candidates": [c.to_dict() for c in self.candidates],
             "route": self.route,
             "elapsed_ms": round(self.elapsed_ms, 3),
+            "partial": self.partial,
         }
         if self.job_id is not None:
             out["job_id"] = self.job_id
@@ -218,10 +226,12 @@ class AutocompleteEngine:
         tiers: list[Tier] = [cache, local, cloud]
         if cfg.templates:
             tiers.append(TemplateSuggestTier(table, reader))
+        judge = load_judge() if cfg.judge and judge_path().exists() else None
         gate = Gate(
             tiers,
             config=GateConfig(placeholder="", followup_budget_ms=10_000.0),
             queue=InProcessQueue(maxsize=cfg.cloud_queue, workers=cfg.cloud_workers),
+            judge=judge,
         )
         return cls(gate, local=local, cache=cache, reader=reader, config=cfg, labels=labels)
 
@@ -269,21 +279,34 @@ class AutocompleteEngine:
         t0 = time.perf_counter()
         if not text.strip():
             return CompleteResult(text, [], "silent", (time.perf_counter() - t0) * 1000.0)
-        delegate = units(text) >= self.config.cloud_min_units and at_boundary(text)
+        delegate = self.may_delegate(text)
         res = await self.gate.answer(Request(input=text, delegate=delegate), budget)
         data = res.data[0] if res.data else {}
         candidates = [Suggestion.from_dict(c) for c in data.get("candidates", [])]
-        route = res.route
+        route, partial = res.route, False
+        placeholder = Suggestion(PLACEHOLDER[lang_of(text)], "complex", "cloud")
         if route == "cache":
             candidates = [Suggestion(c.text, c.intent, "cache") for c in candidates]
-        elif route == "silent" and res.job_id is not None:
+        if res.job_id is not None and (route == "silent" or res.trace.partial):
+            # the cloud works on the whole ask; what the fast tiers found for its simple
+            # part is still shown, before the placeholder
+            partial = bool(candidates)
+            candidates = [*candidates[:4], placeholder]
             route = "cloud_async"
-            candidates = [Suggestion(PLACEHOLDER[lang_of(text)], "complex", "cloud")]
             self._spawn(self._remember(res.job_id, text))
         elif route == "local" and data.get("model"):
             await self.cache.put(text, res.text, data)
         elapsed = (time.perf_counter() - t0) * 1000.0
-        return CompleteResult(text, candidates, route, elapsed, res.job_id, res.trace.to_dict())
+        trace = res.trace.to_dict()
+        return CompleteResult(text, candidates, route, elapsed, res.job_id, trace, partial)
+
+    def may_delegate(self, text: str) -> bool:
+        """Whether ``text`` is worth a cloud call at all: long enough, at a word's end."""
+        cfg = self.config
+        least = cfg.cloud_min_units
+        if lang_of(text) == "en" and cfg.cloud_min_words is not None:
+            least = cfg.cloud_min_words
+        return units(text) >= least and at_boundary(text)
 
     async def followup(self, job_id: str) -> CompleteResult:
         """The cloud's suggestions for a ``cloud_async`` answer (waits for the job).
@@ -316,7 +339,8 @@ class AutocompleteEngine:
         """Cache the cloud's answer so the next user typing ``prefix`` gets it at once."""
         job = await self.gate.wait_job(job_id)
         if job.status == "done" and job.data:
-            await self.cache.put(prefix, job.text, dict(job.data[0]))
+            # ``deep``: the big model's answer; served again from the cache, it is not judged
+            await self.cache.put(prefix, job.text, {**job.data[0], "deep": True})
 
     def _queue_refine(self, prefix: str) -> None:
         """Policy when full: drop the newcomer (it is still answered by the classifier)."""

@@ -1,5 +1,6 @@
-"""``rtgate intents eval|train``: held-out accuracy of the intent classifiers, and the
-models shipped in the package data.
+"""``rtgate intents eval|train|judge``: held-out accuracy of the intent classifiers, the
+models shipped in the package data, and the judge that decides whether a fast answer can
+stand alone (fitted on the tuning asks, never on the evaluation asks).
 
 ``eval`` trains on the deterministic training split (80 %, stratified by intent) and
 reports on the held-out 20 %: accuracy on full queries, top-3 accuracy on their prefixes
@@ -98,6 +99,44 @@ def train_cmd(
         model = train_classifier(k, data_dir=data_dir)
         model.save(model_path(k, data_dir))
         typer.echo(f"wrote {model_path(k, data_dir)} (corpus {corpus_digest(data_dir)[:12]})")
+
+
+@app.command("judge")
+def judge_cmd(
+    asks: Annotated[Path, typer.Option(help="the tuning asks (JSON Lines)")] = DATA_DIR
+    / "asks-tune.jsonl",
+    out: Annotated[Path, typer.Option(help="where to write the judge")] = DATA_DIR / "judge.json",
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+) -> None:
+    """Fit the judge on ASKS through the autocomplete engine and write it to OUT; and the
+    domain-free judge of the text's own signals (the voice agent's follow-ups)."""
+    from rtgate.apps.autocomplete.abstention import fit, fit_generic
+    from rtgate.domains.loader import GENERIC_JUDGE, scope_path, train_scope
+
+    scope = train_scope()  # the scope classifier the judge reads asks with, shipped beside it
+    scope.save(scope_path())
+    typer.echo(f"wrote {scope_path()} ({scope.meta['n_examples']} rows)")
+
+    generic, gen = fit_generic(asks)
+    GENERIC_JUDGE.parent.mkdir(parents=True, exist_ok=True)
+    generic.save(GENERIC_JUDGE)
+    g = gen["out_of_fold"]
+    typer.echo(
+        f"wrote {GENERIC_JUDGE}: threshold {gen['threshold']:.2f}; out of fold on whole asks: "
+        f"complex followed up {g['complex_followed_up']:.1%}, simple kept fast "
+        f"{g['simple_fast']:.1%}, ECE {g['ece']:.3f}"
+    )
+    judge, report = fit(asks)
+    report["generic"] = gen
+    judge.save(out)
+    oof = report["out_of_fold"]
+    typer.echo(
+        f"wrote {out}: threshold {report['threshold']:.2f}; out of fold on {report['asks']}: "
+        f"complex asks delegated {oof['complex_delegated']:.1%}, simple kept fast "
+        f"{oof['simple_fast']:.1%}, ECE {oof['ece']:.3f} ({report['n_labelled']} prefixes)"
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 def _kind(kind: str) -> ModelKind:

@@ -4,7 +4,8 @@
 engine) serves:
 
 - ``POST /v1/complete`` ``{"prefix", "budget_ms": 150}`` → ``{"candidates", "route",
-  "elapsed_ms", "job_id"?, "trace"}``; bad input is a 400/413/422 JSON error.
+  "elapsed_ms", "partial", "job_id"?, "trace"}`` (``partial``: fast suggestions shown
+  while the cloud works on a multi-part ask); bad input is a 400 JSON error.
 - ``GET /v1/complete/jobs/{job_id}``: the cloud's suggestions once they are ready.
 - ``WS /v1/complete/ws``: ``{"seq", "prefix", "budget_ms"?}`` in; replies carry ``seq``
   (``{"type": "suggestions", ...}``). A newer prefix cancels the older cloud job; a late

@@ -10,10 +10,13 @@ Three gates, one per kind of work; nothing before the first sound waits on the c
    ack, else a generic one, is spoken at once.
 2. **answer** — ``answer_gate`` (the local model) answers the final transcript within the
    turn's budget; sentences go to TTS as they form.
-3. **follow-up** — a question that needs the big model (refunds, policies, several
-   conditions) goes to ``deep_gate`` with ``delegate=True`` and a budget no tier fits: the
-   gate answers nothing in-line and runs the cloud tier as a background job; its answer is
-   spoken once the local answer is done ("补充一下，…"). Nothing else waits for it.
+3. **follow-up** — a question that needs the big model goes to ``deep_gate`` with
+   ``delegate=True`` and a budget no tier fits: the gate answers nothing in-line and runs
+   the cloud tier as a background job; its answer is spoken once the local answer is done
+   ("补充一下，…"). Nothing else waits for it. Which questions: the ones a ``judge`` (the
+   gate's "can the fast path answer this?", :mod:`rtgate.tiers.answerability`) does not
+   trust the fast path with (several questions, conditions, parts), and the ones about
+   refunds, policies and contracts, which no fast tier should settle alone.
 
 A barge-in cancels the answer in flight (and the wait for the follow-up), keeps what was
 said in the conversation history, and forwards the interruption to TTS and output.
@@ -49,6 +52,7 @@ from rtgate.apps.voice.pipeline import Stage
 from rtgate.core.budget import Budget
 from rtgate.core.request import Message, Request
 from rtgate.gate import DoneEvent, FollowupEvent, Gate, TokenEvent
+from rtgate.tiers.answerability import Judge
 
 __all__ = [
     "ACK_UNITS",
@@ -115,8 +119,10 @@ class AgentStage(Stage):
         answer_budget_ms: float = 2500.0,
         answer_tokens: int = 40,
         history_turns: int = 2,
+        judge: Judge | None = None,
     ) -> None:
         super().__init__()
+        self.judge = judge
         self.ack_gate, self.answer_gate, self.deep_gate = ack_gate, answer_gate, deep_gate
         self.prefetch = prefetch
         self.ack_budget_ms, self.ack_turn_budget_ms = ack_budget_ms, ack_turn_budget_ms
@@ -132,6 +138,7 @@ class AgentStage(Stage):
         self.routes: dict[int, str] = {}
         self.traces: dict[int, dict[str, Any]] = {}
         self.followups: dict[int, dict[str, Any]] = {}
+        self.verdicts: dict[int, dict[str, Any]] = {}  # the judge's word on each turn
         self._prep: asyncio.Task[None] | None = None
         self._answer: asyncio.Task[None] | None = None
         self._deep: asyncio.Task[None] | None = None
@@ -195,8 +202,19 @@ class AgentStage(Stage):
         self._answer_turn = frame.turn
         answer = self._spawn(self._answer_turn_task(frame.turn, text, frame.lang))
         self._answer = answer
-        if self.deep_gate is not None and needs_big_model(text):
+        if self.deep_gate is not None and self.wants_followup(frame.turn, text, frame.lang):
             self._deep = self._spawn(self._followup(frame.turn, text, frame.lang, answer))
+
+    def wants_followup(self, turn: int, text: str, lang: str) -> bool:
+        """Whether the big model should follow the local answer up; the judge's word is
+        kept in ``verdicts`` (for the turn's record)."""
+        policy = needs_big_model(text)
+        if self.judge is None:
+            return policy
+        verdict = self.judge.judge(Request(input=text, meta={"lang": lang}), None)
+        self.verdicts[turn] = {"p_right": round(verdict.p_right, 4), "why": verdict.why(),
+                               "policy_words": policy}  # fmt: skip
+        return policy or not verdict.answerable
 
     async def _turn_end(self, frame: TurnEndFrame) -> None:
         if self._prep is not None:

@@ -39,7 +39,9 @@ from rtgate.apps.voice.tts import TTSStage, VoiceTTS
 from rtgate.apps.voice.turns import TurnRules, TurnStage
 from rtgate.apps.voice.vad import SileroVAD, SpeechTracker, VADStage
 from rtgate.core.errors import InvalidRequest
+from rtgate.domains.loader import GENERIC_JUDGE, load_generic_judge
 from rtgate.gate import Gate, GateConfig
+from rtgate.tiers.answerability import Judge
 from rtgate.tiers.base import Tier
 
 if TYPE_CHECKING:
@@ -126,6 +128,9 @@ class VoiceModels:
         self.answer_gate: Gate | None = None
         self.deep_gate: Gate | None = None
         self.eot: EndOfTurn | None = None
+        # which turns the big model follows up: the domain-free judge (the text's own
+        # complexity signals), fitted by `rtgate intents judge`
+        self.judge: Judge | None = load_generic_judge() if GENERIC_JUDGE.exists() else None
 
     async def __aenter__(self) -> VoiceModels:
         cfg = self.cfg
@@ -220,6 +225,7 @@ class VoiceCall:
             ack_budget_ms=cfg.ack_budget_ms,
             answer_budget_ms=cfg.answer_budget_ms,
             answer_tokens=cfg.answer_tokens,
+            judge=models.judge,
         )
         self.turns = TurnStage(cfg.rules, eot=models.eot)
         self.output = OutputStage(self.out, pace=pace_out, lead_s=lead_s)
@@ -342,6 +348,7 @@ class VoiceCall:
             row.pop("_id", None)
             row["route"] = self.agent.routes.get(n)
             row["followup_job"] = self.agent.followups.get(n)
+            row["judge"] = self.agent.verdicts.get(n)
         bargeins = [{"speech_t": round(t, 3), "stop_ms": ms(at, t)} for t, at in self.output.stops]
         return {
             "turns": [turns[k] for k in sorted(turns)],

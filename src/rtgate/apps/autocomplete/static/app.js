@@ -44,8 +44,11 @@
       meta.textContent = c.source + " · " + c.intent + " · " + ms.toFixed(1) + " ms";
       li.appendChild(text); li.appendChild(meta);
       li.dataset.route = route;
-      if (route === "cloud_async") li.className = "pending";
-      li.onclick = function () { if (route !== "cloud_async") { input.value = c.text; send(c.text); } };
+      // on cloud_async only the placeholder waits; fast suggestions shown beside it (a
+      // partial answer to a multi-part ask) can be picked
+      var pending = route === "cloud_async" && c.source === "cloud";
+      if (pending) li.className = "pending";
+      li.onclick = function () { if (!pending) { input.value = c.text; send(c.text); } };
       list.appendChild(li);
     });
     status.textContent = "route: " + route + " · " + ms.toFixed(2) + " ms";

@@ -1,0 +1,338 @@
+"""Fitting and measuring the judge that decides whether the fast suggestions can stand
+alone (``rtgate intents judge``, ``rtgate bench abstention``).
+
+Asks (:func:`~rtgate.domains.loader.load_asks`: ``simple``, ``multi``, ``ood``) are typed
+the way the replay types them (:func:`~rtgate.apps.autocomplete.sessions.typed`: IME
+commits for Chinese, keystrokes for English). Only a prefix the engine may send to the
+cloud counts for routing (long enough and at a word boundary:
+:meth:`~rtgate.apps.autocomplete.engine.AutocompleteEngine.may_delegate`).
+
+- **Rows** (fitting, calibration): each such prefix a fast tier answered. Its label is 1
+  when the fast answer was right: a simple ask whose intent is among the first three
+  suggestions. A multi-part or out-of-domain ask's prefix is labelled 0 once it holds 60%
+  of the ask (before that it may still read as its simple first part, and is left out).
+- **Per ask** (the goals): a multi-part or out-of-domain ask *reached the big model* when
+  any of its prefixes started a cloud job; a simple ask *stayed on the fast path* when
+  none did. Top-3 intent is over the simple asks' prefixes (≥ 2 units, the whole ask
+  excluded, as in ``rtgate bench autocomplete``).
+
+The threshold is chosen on the tuning asks from out-of-fold predictions (5 folds, by
+ask): the highest share of complex asks delegated with at least ``min_fast`` of the
+simple asks left on the fast path.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rtgate.apps.autocomplete.engine import AutocompleteEngine, EngineConfig
+from rtgate.apps.autocomplete.pool import units
+from rtgate.apps.autocomplete.sessions import lexicon, typed
+from rtgate.core.errors import InvalidRequest
+from rtgate.core.request import Request
+from rtgate.domains.loader import (
+    DATA_DIR,
+    Ask,
+    familiarity,
+    load_asks,
+    load_classifier,
+    load_corpus,
+    load_scope,
+    vocabulary,
+)
+from rtgate.tiers.answerability import (
+    CalibratedJudge,
+    expected_calibration_error,
+    feature_names,
+    fit_judge,
+    reliability,
+)
+from rtgate.tiers.classifier import IntentClassifier
+
+__all__ = [
+    "ASK_SETS",
+    "Row",
+    "collect",
+    "evaluate",
+    "fit",
+    "fit_generic",
+    "pick_threshold",
+    "prefixes_of",
+    "run_sets",
+]
+
+ASK_SETS = {"tune": DATA_DIR / "asks-tune.jsonl", "eval": DATA_DIR / "asks-eval.jsonl"}
+FAST = ("template", "cache", "local")
+_LATE = 0.6  # share of a complex ask after which its prefix is labelled "not answerable"
+
+
+@dataclass(slots=True)
+class Row:
+    """One prefix the engine could have sent to the cloud."""
+
+    ask: int
+    prefix: str
+    kind: str
+    lang: str
+    x: list[float] | None  # the judge's inputs, when a fast tier answered
+    label: int | None  # 1: the fast answer was right; None: not labelled
+    delegated_anyway: bool  # nothing fast answered and a cloud job started
+
+
+def prefixes_of(ask: Ask, lex: frozenset[str], seed: int, engine: AutocompleteEngine) -> list[str]:
+    """The prefixes of ``ask`` the engine may delegate, typed as the replay types them."""
+    rng = random.Random(f"{seed}:{ask.text}")
+    keys = [k.prefix for k in typed(ask.text, lex, rng)]
+    return [p for p in keys if engine.may_delegate(p)]
+
+
+def _label(ask: Ask, prefix: str) -> int | None:
+    if ask.kind == "simple":
+        return 1
+    return 0 if units(prefix) >= _LATE * units(ask.text) else None
+
+
+async def collect(
+    engine: AutocompleteEngine, judge: CalibratedJudge, asks: Sequence[Ask], *, seed: int = 0
+) -> list[Row]:
+    """Rows for every delegable prefix of ``asks``, through ``engine``'s gate (which must
+    have no judge of its own: the rows are what a judge is fitted on)."""
+    lex = lexicon(e.text for e in load_corpus())
+    rows: list[Row] = []
+    for n, ask in enumerate(asks):
+        for prefix in prefixes_of(ask, lex, seed, engine):
+            res = await engine.gate.answer(Request(input=prefix, delegate=True), 150.0)
+            if res.job_id is not None:
+                engine.cancel(res.job_id)
+            if res.route in FAST and res.pieces:
+                x, _ = judge.features(prefix, res.pieces[0])
+                rows.append(Row(n, prefix, ask.kind, ask.lang, x, _label(ask, prefix),
+                                False))  # fmt: skip
+            else:
+                rows.append(Row(n, prefix, ask.kind, ask.lang, None, None,
+                                res.job_id is not None))  # fmt: skip
+    return rows
+
+
+def _per_ask(rows: Sequence[Row], p: dict[int, float], threshold: float) -> dict[int, bool]:
+    """Whether each ask started a cloud job at ``threshold`` (``p`` by row index)."""
+    out: dict[int, bool] = {}
+    for i, r in enumerate(rows):
+        went = r.delegated_anyway or (i in p and p[i] < threshold)
+        out[r.ask] = out.get(r.ask, False) or went
+    return out
+
+
+def _shares(rows: Sequence[Row], asks: Sequence[Ask], went: dict[int, bool]) -> dict[str, float]:
+    simple = [i for i, a in enumerate(asks) if a.kind == "simple"]
+    hard = [i for i, a in enumerate(asks) if a.kind != "simple"]
+    return {
+        "complex_delegated": sum(went.get(i, False) for i in hard) / max(1, len(hard)),
+        "simple_fast": sum(not went.get(i, False) for i in simple) / max(1, len(simple)),
+    }
+
+
+def pick_threshold(
+    rows: Sequence[Row], asks: Sequence[Ask], p: dict[int, float], *, min_fast: float = 0.96
+) -> tuple[float, dict[str, float]]:
+    """The threshold delegating the most complex asks with ``min_fast`` of the simple ones
+    kept on the fast path (the lowest such threshold on a tie), and its shares."""
+    best: tuple[float, float, dict[str, float]] | None = None
+    for k in range(1, 90):
+        t = k / 100.0
+        shares = _shares(rows, asks, _per_ask(rows, p, t))
+        if shares["simple_fast"] < min_fast:
+            continue
+        if best is None or shares["complex_delegated"] > best[1]:
+            best = (t, shares["complex_delegated"], shares)
+    if best is None:
+        t = 0.01
+        return t, _shares(rows, asks, _per_ask(rows, p, t))
+    return best[0], best[2]
+
+
+def _folds(rows: Sequence[Row], k: int = 5) -> dict[int, float]:
+    """Out-of-fold probabilities for the labelled rows, folds by ask."""
+    labelled = [i for i, r in enumerate(rows) if r.x is not None and r.label is not None]
+    out: dict[int, float] = {}
+    for fold in range(k):
+        train = [i for i in labelled if rows[i].ask % k != fold]
+        coef, b = fit_judge([rows[i].x or [] for i in train], [rows[i].label or 0 for i in train])
+        model = CalibratedJudge(coef, b, 0.5)
+        for i, r in enumerate(rows):
+            if r.x is not None and r.ask % k == fold:
+                out[i] = model.probability(r.x)
+    return out
+
+
+def fit(
+    asks_path: Path = ASK_SETS["tune"], *, seed: int = 0
+) -> tuple[CalibratedJudge, dict[str, Any]]:
+    """A judge fitted on ``asks_path`` (through a judge-less engine), its threshold, and a
+    report of its out-of-fold calibration and shares on those asks."""
+    import asyncio
+
+    asks = load_asks(asks_path)
+    zeros = [0.0] * len(feature_names())
+    clf = load_classifier("ngram")
+    assert isinstance(clf, IntentClassifier)
+    probe = CalibratedJudge(zeros, 0.0, 0.5, clf, vocabulary(), familiarity(clf), load_scope())
+
+    async def gather() -> list[Row]:
+        async with AutocompleteEngine.build(EngineConfig(judge=False, seed=seed)) as engine:
+            return await collect(engine, probe, asks, seed=seed)
+
+    rows = asyncio.run(gather())
+    oof = _folds(rows)
+    threshold, shares = pick_threshold(rows, asks, oof)
+    labelled = [i for i in oof if rows[i].label is not None]
+    coef, b = fit_judge([rows[i].x or [] for i in labelled], [rows[i].label or 0 for i in labelled])
+    probs = [oof[i] for i in labelled]
+    ys = [rows[i].label or 0 for i in labelled]
+    report = {
+        "asks": str(asks_path.name),
+        "n_asks": len(asks),
+        "n_rows": len(rows),
+        "n_labelled": len(labelled),
+        "threshold": threshold,
+        "out_of_fold": {
+            **{k: round(v, 4) for k, v in shares.items()},
+            "ece": round(expected_calibration_error(probs, ys), 4),
+            "reliability": reliability(probs, ys),
+        },
+    }
+    meta = {"fitted_on": asks_path.name, "seed": seed, **report}
+    judge = CalibratedJudge(
+        coef, b, threshold, probe.ranker, probe.vocabulary, probe.familiarity, probe.scope, meta
+    )
+    return judge, report
+
+
+async def evaluate(
+    engine: AutocompleteEngine, asks: Sequence[Ask], *, seed: int = 0, budget_ms: float = 150.0
+) -> dict[str, Any]:
+    """The goals on ``asks`` through ``engine.complete`` (the path a user's box takes)."""
+    lex = lexicon(e.text for e in load_corpus())
+    judge = engine.gate.judge
+    went: dict[int, bool] = {}
+    probs: list[float] = []
+    ys: list[int] = []
+    hits = n_top = over = 0
+    lat: list[float] = []
+    for i, ask in enumerate(asks):
+        rng = random.Random(f"{seed}:{ask.text}")
+        keys = [k.prefix for k in typed(ask.text, lex, rng)]
+        jobs: list[str] = []
+        for j, prefix in enumerate(keys):
+            if units(prefix) < 2:
+                continue
+            res = await engine.complete(prefix, budget_ms)
+            lat.append(res.elapsed_ms)
+            over += res.elapsed_ms > budget_ms
+            if res.job_id is not None:
+                went[i] = True
+                jobs.append(res.job_id)
+            shown = [
+                c for c in res.candidates if not (c.source == "cloud" and c.intent == "complex")
+            ]
+            if ask.kind == "simple" and j < len(keys) - 1:
+                n_top += 1
+                hits += ask.intent in [c.intent for c in shown[:3]]
+            conf = res.trace.get("confidence")
+            delegable = engine.may_delegate(prefix)
+            if judge is not None and conf is not None and delegable:
+                label = _label(ask, prefix)
+                if label is not None:
+                    probs.append(float(conf))
+                    ys.append(label)
+        for job in jobs:
+            engine.cancel(job)
+    out: dict[str, Any] = {"n_asks": len(asks)}
+    for lang in ("all", "zh", "en"):
+        part = [k for k, a in enumerate(asks) if lang in ("all", a.lang)]
+        block: dict[str, Any] = {}
+        for kind in ("multi", "ood", "simple"):
+            idx = [k for k in part if asks[k].kind == kind]
+            share = sum(went.get(k, False) for k in idx) / max(1, len(idx))
+            block[kind] = {"n": len(idx), "delegated": round(share, 4)}
+        hard = [k for k in part if asks[k].kind != "simple"]
+        simple = [k for k in part if asks[k].kind == "simple"]
+        block["complex_delegated"] = round(
+            sum(went.get(k, False) for k in hard) / max(1, len(hard)), 4
+        )
+        block["simple_fast"] = round(
+            sum(not went.get(k, False) for k in simple) / max(1, len(simple)), 4
+        )
+        out[lang] = block
+    out["simple_top3"] = round(hits / max(1, n_top), 4)
+    out["simple_prefixes"] = n_top
+    out["over_budget"] = over
+    lat.sort()
+    out["p99_ms"] = round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 3) if lat else 0.0
+    if probs:
+        out["calibration"] = {
+            "n": len(probs),
+            "ece": round(expected_calibration_error(probs, ys), 4),
+            "reliability": reliability(probs, ys),
+        }
+    return out
+
+
+def run_sets(
+    names: Sequence[str], *, budget_ms: float = 150.0, seed: int = 0, judge: bool = True
+) -> dict[str, Any]:
+    """:func:`evaluate` on each named ask set (``tune``, ``eval``), one fresh engine each
+    (``judge=False``: the engine without its judge, for comparison)."""
+    import asyncio
+
+    unknown = [n for n in names if n not in ASK_SETS]
+    if unknown:
+        raise InvalidRequest(f"unknown ask set {unknown[0]!r}; one of {', '.join(ASK_SETS)}")
+
+    async def one(path: Path) -> dict[str, Any]:
+        async with AutocompleteEngine.build(EngineConfig(seed=seed, judge=judge)) as engine:
+            report = await evaluate(engine, load_asks(path), seed=seed, budget_ms=budget_ms)
+            report["judge"] = None if engine.gate.judge is None else engine.gate.judge.threshold
+            return report
+
+    return {name: asyncio.run(one(ASK_SETS[name])) for name in names}
+
+
+def fit_generic(
+    asks_path: Path = ASK_SETS["tune"], *, min_fast: float = 0.96
+) -> tuple[CalibratedJudge, dict[str, Any]]:
+    """A judge of the text's own signals (no ranker, no domain words), fitted on whole
+    asks: for a caller's finished turn, where no domain of its own is shipped. Its
+    threshold keeps ``min_fast`` of the simple asks (out of fold) off the big model."""
+    asks = load_asks(asks_path)
+    probe = CalibratedJudge([0.0] * len(feature_names()), 0.0, 0.5)
+    x = [probe.features(a.text)[0] for a in asks]
+    y = [int(a.kind == "simple") for a in asks]
+    oof: list[float] = [0.0] * len(asks)
+    for fold in range(5):
+        train = [i for i in range(len(asks)) if i % 5 != fold]
+        coef, b = fit_judge([x[i] for i in train], [y[i] for i in train])
+        model = CalibratedJudge(coef, b, 0.5)
+        for i in range(fold, len(asks), 5):
+            oof[i] = model.probability(x[i])
+    simple = sorted(oof[i] for i in range(len(asks)) if y[i])
+    threshold = simple[int((1.0 - min_fast) * len(simple))] if simple else 0.5
+    hard = [oof[i] for i in range(len(asks)) if not y[i]]
+    coef, b = fit_judge(x, y)
+    report = {
+        "asks": asks_path.name,
+        "n_asks": len(asks),
+        "threshold": round(threshold, 4),
+        "out_of_fold": {
+            "complex_followed_up": round(sum(p < threshold for p in hard) / max(1, len(hard)), 4),
+            "simple_fast": round(sum(p >= threshold for p in simple) / max(1, len(simple)), 4),
+            "ece": round(expected_calibration_error(oof, y), 4),
+        },
+    }
+    meta = {"fitted_on": asks_path.name, "signals_only": True, **report}
+    judge = CalibratedJudge(coef, b, round(threshold, 4), meta=meta)
+    return judge, report

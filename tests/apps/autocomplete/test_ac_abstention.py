@@ -1,0 +1,110 @@
+"""The judge's fitting and measuring helpers, on a handful of asks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rtgate.apps.autocomplete.abstention import (
+    Row,
+    evaluate,
+    fit,
+    fit_generic,
+    pick_threshold,
+    prefixes_of,
+)
+from rtgate.apps.autocomplete.engine import EngineConfig
+from rtgate.apps.autocomplete.sessions import lexicon
+from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
+from rtgate.domains.loader import Ask, load_judge
+from tests.apps.autocomplete.ac_helpers import engine_with
+
+SIMPLE = Ask("我想查一下我的账单明细", "zh", "simple", "bill_query")
+MULTI = Ask("我的卡丢了，挂失以后自动还款还会扣吗？年费退不退？补卡要多久？", "zh", "multi")
+
+
+async def test_only_prefixes_the_engine_may_delegate_are_kept(
+    reader: Reader, gated: BackgroundOnly
+) -> None:
+    lex = lexicon(["我想查一下我的账单明细", "how do i pay my bill"])
+    ask = Ask("how do i pay my bill on time", "en", "simple", "repayment")
+    async with engine_with(reader, cloud=gated) as engine:
+        zh = prefixes_of(SIMPLE, lex, 0, engine)
+        en = prefixes_of(ask, lex, 0, engine)
+    assert zh and all(len(p) >= 6 for p in zh) and zh[-1] == SIMPLE.text
+    assert en == ["how do i pay my bill ", "how do i pay my bill on "]  # typed, at spaces
+    cfg = EngineConfig(cloud_min_words=4)
+    async with engine_with(reader, cloud=gated, config=cfg) as engine:
+        assert prefixes_of(ask, lex, 0, engine)[0] == "how do i pay "
+
+
+def test_the_threshold_keeps_simple_asks_fast_first() -> None:
+    asks = [SIMPLE, MULTI]
+    rows = [
+        Row(0, "a", "simple", "zh", [0.0], 1, False),
+        Row(1, "b", "multi", "zh", [0.0], 0, False),
+    ]
+    # the multi ask scores 0.3, the simple one 0.2: no threshold delegates the multi ask
+    # without the simple one too, so the simple ask wins
+    t, shares = pick_threshold(rows, asks, {0: 0.2, 1: 0.3}, min_fast=1.0)
+    assert t <= 0.2 and shares == {"complex_delegated": 0.0, "simple_fast": 1.0}
+    t, shares = pick_threshold(rows, asks, {0: 0.6, 1: 0.3}, min_fast=1.0)
+    assert 0.3 < t <= 0.6 and shares == {"complex_delegated": 1.0, "simple_fast": 1.0}
+
+
+async def test_evaluate_counts_per_ask(reader: Reader, gated: BackgroundOnly) -> None:
+    async with engine_with(reader, cloud=gated) as engine:
+        report = await evaluate(engine, [SIMPLE, MULTI])
+    zh = report["zh"]
+    assert zh["multi"] == {"n": 1, "delegated": 1.0}
+    assert zh["simple"] == {"n": 1, "delegated": 0.0} and zh["simple_fast"] == 1.0
+    assert report["all"]["complex_delegated"] == 1.0
+    assert report["simple_prefixes"] > 0 and 0.0 <= report["simple_top3"] <= 1.0
+    assert report["over_budget"] >= 0 and report["calibration"]["n"] > 0
+
+
+def _asks_file(tmp_path: Path) -> Path:
+    rows = [
+        ("我想查一下我的账单明细", "simple", "bill_query"),
+        ("信用卡怎么激活呀", "simple", "activation"),
+        ("我的卡丢了怎么挂失", "simple", "card_loss"),
+        ("how do i activate my new card today", "simple", "activation"),
+        ("i want to see my statement for last month please", "simple", "bill_query"),
+        ("can i split this purchase into monthly installments", "simple", "installment"),
+        ("如果我这个月只还最低还款，利息怎么算，会不会影响征信", "multi", None),
+        ("我的卡丢了，挂失以后自动还款还会扣吗？年费退不退？", "multi", None),
+        ("帮我订一张明天去上海的高铁票，要靠窗的座位", "ood", None),
+        ("if i pay only the minimum now and the rest later, what interest do i pay and when",
+         "multi", None),
+        ("lost my card abroad, can you freeze it and also waive the fee and raise my limit",
+         "multi", None),
+        ("what is the best recipe for a chocolate cake with no eggs at all", "ood", None),
+    ]  # fmt: skip
+    path = tmp_path / "asks.jsonl"
+    lines = [
+        json.dumps({"text": t, "lang": "zh" if ord(t[0]) > 127 else "en", "kind": k, "intent": i})
+        for t, k, i in rows
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_fitting_a_judge_on_a_few_asks(tmp_path: Path) -> None:
+    judge, report = fit(_asks_file(tmp_path))
+    assert 0.0 < judge.threshold < 1.0 and report["n_asks"] == 12
+    assert report["n_labelled"] > 0 and 0.0 <= report["out_of_fold"]["ece"] <= 1.0
+    out = tmp_path / "judge.json"
+    judge.save(out)
+    again = load_judge(path=out)
+    assert again.threshold == judge.threshold and again.scope is not None
+    generic, g = fit_generic(_asks_file(tmp_path))
+    assert generic.ranker is None and g["n_asks"] == 12 and 0.0 <= generic.threshold <= 1.0
+
+
+def test_an_unknown_ask_set_is_a_clear_error() -> None:
+    from typer.testing import CliRunner
+
+    from rtgate.__main__ import app
+
+    result = CliRunner().invoke(app, ["bench", "abstention", "--sets", "nope"])
+    assert result.exit_code == 2 and "unknown ask set" in result.output
