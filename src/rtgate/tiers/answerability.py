@@ -92,7 +92,6 @@ class Familiarity:
 
     def __init__(self, classifier: IntentClassifier, texts: Sequence[str]) -> None:
         self.classifier = classifier
-        self._max_idf = float(classifier.idf.max()) if len(classifier.idf) else 1.0
         cols: list[npt.NDArray[np.intp]] = []
         rows: list[npt.NDArray[np.intp]] = []
         vals: list[FloatArray] = []
@@ -106,6 +105,7 @@ class Familiarity:
         self._n = len(texts)
         self._rows = (np.concatenate(rows) if rows else col)[order]
         self._vals = (np.concatenate(vals) if vals else np.zeros(0))[order]
+        # postings of n-gram j: self._rows/_vals[start[j]:start[j + 1]]
         self._start = np.searchsorted(col[order], np.arange(len(classifier.idf) + 1))
 
     @staticmethod
@@ -117,14 +117,19 @@ class Familiarity:
         ids, vals = clf.features(text)
         head = clf.head
         max_logit = float((vals @ head.coef[ids] + head.intercept).max()) if len(ids) else 0.0
-        seen, total = clf.known_weight(text, self._max_idf)
+        known = clf.known_share(text)
         if not len(ids) or not self._n:
-            return [max_logit, seen / total if total else 0.0, 0.0]
-        starts, ends = self._start[ids], self._start[ids + 1]
-        take = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends, strict=True)])
-        weights = np.repeat(vals, ends - starts)
-        sims = np.bincount(self._rows[take], weights=weights * self._vals[take], minlength=self._n)
-        return [max_logit, seen / total if total else 0.0, float(sims.max())]
+            return [max_logit, known, 0.0]
+        starts = self._start[ids]
+        sizes = self._start[ids + 1] - starts
+        if not sizes.sum():
+            return [max_logit, known, 0.0]
+        # every posting of every n-gram of the text, in one gather
+        offsets = np.cumsum(sizes) - sizes
+        take = np.arange(int(sizes.sum())) - np.repeat(offsets - starts, sizes)
+        weights = np.repeat(vals, sizes) * self._vals[take]
+        sims = np.bincount(self._rows[take], weights=weights, minlength=self._n)
+        return [max_logit, known, float(sims.max())]
 
 
 def _logit(p: float) -> float:

@@ -89,6 +89,8 @@ class IntentClassifier:
         self.meta = dict(meta or {})
         self._vocab = {g: i for i, g in enumerate(vocabulary)}
         self._idf = idf
+        self._max_idf = float(idf.max()) if len(idf) else 1.0
+        self._recent: dict[str, tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray, float]] = {}
 
     @classmethod
     def train(
@@ -123,37 +125,47 @@ class IntentClassifier:
 
     def features(self, text: str) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
         """Sparse TF-IDF row of ``text`` (sublinear tf, L2-normalised): indices, values."""
-        counts = Counter(char_ngrams(normalize(text), *self.ngram, self.words))
-        get = self._vocab.get
-        idx: list[int] = []
-        tf: list[float] = []
-        for gram, count in counts.items():
-            j = get(gram)
-            if j is not None:
-                idx.append(j)
-                tf.append(1.0 + math.log(count))
-        ids = np.asarray(idx, dtype=np.intp)
-        vals = np.asarray(tf, dtype=np.float64) * self._idf[ids]
-        norm = float(np.sqrt(vals @ vals))
-        return ids, (vals / norm if norm > 0 else vals)
+        ids, vals, _ = self._analysed(text)
+        return ids, vals
+
+    def known_share(self, text: str) -> float:
+        """The share of ``text``'s n-grams (weighted by their IDF; one the vocabulary lacks
+        weighs as much as its rarest) that the vocabulary has: 1.0 for an empty text."""
+        return self._analysed(text)[2]
 
     @property
     def idf(self) -> FloatArray:
         """The inverse document frequency of each n-gram of the vocabulary."""
         return self._idf
 
-    def known_weight(self, text: str, unseen_idf: float) -> tuple[float, float]:
-        """The IDF weight of ``text``'s n-grams the vocabulary has, and of all of them (an
-        unseen n-gram weighs ``unseen_idf``)."""
-        seen = total = 0.0
+    def _analysed(self, text: str) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray, float]:
+        """Features and known share of ``text``, computed once for the last few hundred
+        texts (a judge reads one text through the ranking and the familiarity both)."""
+        hit = self._recent.get(text)
+        if hit is not None:
+            return hit
+        counts = Counter(char_ngrams(normalize(text), *self.ngram, self.words))
         get = self._vocab.get
-        for gram, count in Counter(char_ngrams(normalize(text), *self.ngram, self.words)).items():
+        idx: list[int] = []
+        tf: list[float] = []
+        unseen = 0.0
+        for gram, count in counts.items():
             j = get(gram)
-            w = (1.0 + math.log(count)) * (float(self._idf[j]) if j is not None else unseen_idf)
-            total += w
             if j is not None:
-                seen += w
-        return seen, total
+                idx.append(j)
+                tf.append(1.0 + math.log(count))
+            else:
+                unseen += 1.0 + math.log(count)
+        ids = np.asarray(idx, dtype=np.intp)
+        raw = np.asarray(tf, dtype=np.float64) * self._idf[ids]
+        seen = float(raw.sum())
+        total = seen + unseen * self._max_idf
+        norm = float(np.sqrt(raw @ raw))
+        out = (ids, raw / norm if norm > 0 else raw, seen / total if total > 0 else 1.0)
+        if len(self._recent) >= 256:  # bounded: the oldest goes
+            self._recent.pop(next(iter(self._recent)))
+        self._recent[text] = out
+        return out
 
     def proba(self, text: str) -> FloatArray:
         """Calibrated probabilities, in the order of ``classes``."""

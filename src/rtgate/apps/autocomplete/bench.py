@@ -210,11 +210,16 @@ def run(
     with_accuracy: bool = True,
     plot: Path | None = None,
     seed: int = 0,
+    judge: bool = True,
 ) -> dict[str, Any]:
-    """The benchmark (see the module docstring); ``plot`` writes the latency CDFs there."""
+    """The benchmark (see the module docstring); ``plot`` writes the latency CDFs there;
+    ``judge=False`` runs the engine without its judge (to see what the judge costs)."""
     return asyncio.run(
-        _run(n, mode, no_templates, budget_ms, concurrency, time_scale, with_accuracy, plot, seed)
-    )
+        _run(
+            n, mode, no_templates, budget_ms, concurrency, time_scale, with_accuracy, plot, seed,
+            judge,
+        )
+    )  # fmt: skip
 
 
 async def _run(
@@ -227,12 +232,13 @@ async def _run(
     with_accuracy: bool,
     plot: Path | None,
     seed: int,
+    judge: bool = True,
 ) -> dict[str, Any]:
     t_start = time.perf_counter()
     corpus = load_corpus()
     queries = [(e.text, e.intent) for e in corpus]
     kw = {"concurrency": concurrency, "time_scale": time_scale}
-    cfg = EngineConfig(mode=mode, seed=seed)
+    cfg = EngineConfig(mode=mode, seed=seed, judge=judge)
     gate, gate_lat, engine, details = await _gate_run(cfg, queries, n, budget_ms, **kw)
     prefixes = [k.prefix for s in sessions(queries, n, seed=seed) for k in s.keys]
     base_lat = await baseline(prefixes, engine, seed=seed)
@@ -255,6 +261,7 @@ async def _run(
         report["accuracy"] = await _held_out_accuracy(corpus, mode, seed, budget_ms)
     report["meta"] = {
         "mode": mode,
+        "judge": judge,
         "concurrency": concurrency,
         "wall_s": round(time.perf_counter() - t_start, 1),
         "engine": details,

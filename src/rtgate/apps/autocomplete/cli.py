@@ -78,6 +78,7 @@ def bench_autocomplete(
     budget_ms: float = typer.Option(150.0, "--budget-ms", min=5.0),
     concurrency: int = typer.Option(64, min=1, help="typists replaying sessions at once"),
     accuracy: bool = typer.Option(True, help="measure top-3 accuracy on held-out prefixes"),
+    judge: bool = typer.Option(True, help="--no-judge: the engine without its judge"),
 ) -> None:
     """Replay typing sessions: all-cloud baseline vs the gate (the article's table)."""
     from rtgate.apps.autocomplete.bench import run
@@ -94,6 +95,7 @@ def bench_autocomplete(
         concurrency=concurrency,
         with_accuracy=accuracy,
         plot=plot,
+        judge=judge,
     )
     _table(report)
     if json_file is not None:

@@ -62,6 +62,7 @@ __all__ = [
     "ack_units",
     "needs_big_model",
     "split_sentences",
+    "whole_phrase",
 ]
 
 ACK_UNITS = 8
@@ -80,6 +81,27 @@ _SENT_END = re.compile(r"([。！？!?；;]|\.(?=\s|$))")
 def needs_big_model(text: str) -> bool:
     """Refunds, policies, contracts, or several conditions at once: the big model's job."""
     return bool(_DEEP.search(text))
+
+
+_PHRASE_END = re.compile(r"[。！？!?]|\.(?=\s|$)")
+_CLAUSE_END = re.compile(r"[，,、；;：:]")
+
+
+def whole_phrase(text: str) -> str | None:
+    """``text`` kept up to its last complete phrase, or ``None`` when it holds none: an
+    acknowledgement is spoken whole ("I'm sorry, I don'" is never said). A sentence
+    mark ends a phrase; a comma does too when at least two units come before it (the
+    comma becomes a full stop)."""
+    text = text.strip()
+    ends = [m.end() for m in _PHRASE_END.finditer(text)]
+    if ends:
+        return text[: ends[-1]].strip()
+    commas = [m.start() for m in _CLAUSE_END.finditer(text)]
+    for at in reversed(commas):
+        head = text[:at].strip()
+        if ack_units(head) >= 2:
+            return head + ("。" if re.search(r"[\u3400-\u9fff]$", head) else ".")
+    return None
 
 
 def ack_units(text: str) -> int:
@@ -236,7 +258,8 @@ class AgentStage(Stage):
     async def _ack(self, text: str, lang: str, budget_ms: float) -> str | None:
         req = Request(input=text, max_tokens=ACK_UNITS, delegate=False, meta={"lang": lang})
         res = await self.ack_gate.answer(req, budget_ms)
-        ack = res.text.strip().splitlines()[0].strip() if res.text.strip() else ""
+        first = res.text.strip().splitlines()[0].strip() if res.text.strip() else ""
+        ack = whole_phrase(first) if first else None  # a model cut by its budget: no fragment
         if res.placeholder or not ack or ack_units(ack) > ACK_UNITS:
             return None
         return ack

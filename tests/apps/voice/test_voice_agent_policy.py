@@ -1,4 +1,4 @@
-"""Which turns the big model follows up: the judge's word, and the policy words."""
+"""The agent's policies: which turns the big model follows up, and acks said whole."""
 
 from __future__ import annotations
 
@@ -46,3 +46,16 @@ def test_the_shipped_domain_free_judge_tells_a_multi_part_ask_from_a_simple_one(
     assert not p_multi.answerable and p_simple.answerable
     agent = AgentStage(Gate([]), Gate([]), judge=judge)
     assert agent.wants_followup(1, multi, "zh") and not agent.wants_followup(2, simple, "zh")
+
+
+def test_an_acknowledgement_is_a_whole_phrase_or_nothing() -> None:
+    from rtgate.apps.voice.agent import whole_phrase
+
+    assert whole_phrase("好的，我帮您查一下。") == "好的，我帮您查一下。"
+    assert whole_phrase("Sure, let me check.") == "Sure, let me check."
+    # a local model's ack cut by its budget mid-word: only what is whole is kept
+    assert whole_phrase("I'm sorry, I don'") == "I'm sorry."
+    assert whole_phrase("Yes. I'm sorry, I") == "Yes."
+    assert whole_phrase("好的，我帮您") == "好的。"
+    assert whole_phrase("I'm") is None and whole_phrase("Yes, I") is None
+    assert whole_phrase("好") is None
