@@ -110,6 +110,7 @@ def bench_abstention(
     json_file: Path | None = typer.Option(None, "--json", help="write the report here"),
     budget_ms: float = typer.Option(150.0, "--budget-ms", min=5.0),
     judge: bool = typer.Option(True, help="--no-judge: the engine without its judge"),
+    plot: Path | None = typer.Option(None, help="reliability diagram PNG (default: beside --json)"),
 ) -> None:
     """Multi-part / out-of-domain asks sent to the big model, simple asks kept fast, top-3
     intent and calibration, per ask set (typed as the replay types them)."""
@@ -132,6 +133,14 @@ def bench_abstention(
             f"top-3 {r['simple_top3']:.1%}, ECE {cal.get('ece', float('nan')):.3f}, p99 "
             f"{r['p99_ms']:.1f} ms, over budget {r['over_budget']}"
         )
+    if plot is None and json_file is not None:
+        plot = json_file.with_suffix(".png")
+    bins = {n: r["calibration"]["reliability"] for n, r in report.items() if "calibration" in r}
+    if plot is not None and bins:
+        from rtgate.bench.plots import reliability_diagram
+
+        reliability_diagram(bins, plot, title="Can the fast path answer this? (per prefix)")
+        console.print(f"[dim]wrote {plot}[/dim]")
     if json_file is not None:
         json_file.parent.mkdir(parents=True, exist_ok=True)
         json_file.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", "utf-8")
