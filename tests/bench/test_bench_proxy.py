@@ -37,3 +37,19 @@ def test_a_short_run_measures_the_upstream_and_rtgate() -> None:
         assert KEYS <= set(measured) and measured["errors"] == 0
         assert report["max_throughput"][name] > 0
     assert "rtgate" in report["added_ms"]
+
+
+def test_litellm_is_found_in_its_own_virtualenv(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rtgate.bench.proxy import litellm_command
+
+    exe = tmp_path / "litellm"
+    exe.write_text("#!/bin/sh\n", encoding="utf-8")
+    monkeypatch.setenv("RTGATE_BENCH_LITELLM", str(exe))
+    assert litellm_command() is None  # not executable: not a command
+    exe.chmod(0o755)
+    assert litellm_command() == str(exe)
+    monkeypatch.setenv("RTGATE_BENCH_LITELLM", "")
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert litellm_command() is None

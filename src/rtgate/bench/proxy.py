@@ -4,8 +4,9 @@ upstream and (when installed) LiteLLM's proxy, in one run.
 Three servers, each its own process: a bare OpenAI-compatible upstream that answers at once
 (:mod:`rtgate.bench._bare_upstream`), ``rtgate serve`` as a pure proxy to it (no template,
 classifier, cache or local model; the client names the upstream's model, so the request
-takes the passthrough path), and LiteLLM's proxy (``pip install 'rtgate[bench-litellm]'``;
-reported as not installed otherwise). Each target is driven open-loop at each rate
+takes the passthrough path), and LiteLLM's proxy (``pip install 'rtgate[bench-litellm]'``,
+or ``RTGATE_BENCH_LITELLM`` naming ``bin/litellm`` of a virtualenv of its own; reported as
+not installed otherwise). Each target is driven open-loop at each rate
 (:mod:`rtgate.bench._loadgen`: latency from the due time, no coordinated omission), then
 run closed-loop (each connection asks again as soon as it is answered: its throughput). With two or
 more cores the target runs on one core, the upstream and the generator on the other.
@@ -74,10 +75,16 @@ cloud_capacity = 4096
 
 
 @contextmanager
-def _process(cmd: list[str], cpu: int | None, log: Path, ready: str) -> Iterator[int]:
-    """``cmd`` running on ``cpu`` until ``ready`` (a URL) answers; its pid."""
+def _process(
+    cmd: list[str], cpu: int | None, log: Path, ready: str, env: dict[str, str] | None = None
+) -> Iterator[int]:
+    """``cmd`` running on ``cpu`` (with ``env`` added to ours) until ``ready`` (a URL)
+    answers; its pid."""
+    full = {**os.environ, **env} if env else None
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_pin(cpu))
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_pin(cpu), env=full
+        )
     try:
         deadline = time.monotonic() + 120.0
         while True:
@@ -147,6 +154,17 @@ async def _closed_loop(port: int, seconds: float, connections: int) -> float:
     return done / seconds
 
 
+def litellm_command() -> str | None:
+    """LiteLLM's proxy command: ``$RTGATE_BENCH_LITELLM`` (its own virtualenv's
+    ``bin/litellm``: LiteLLM pins versions rtgate's may not share), else ``litellm`` on
+    the path when the ``bench-litellm`` extra is installed here; ``None`` when neither."""
+    own = os.environ.get("RTGATE_BENCH_LITELLM")
+    if own:
+        return own if os.access(own, os.X_OK) else None
+    found = shutil.which("litellm")
+    return found if found and importlib.util.find_spec("litellm") is not None else None
+
+
 def _targets(stack: ExitStack, tmp: Path, cpus: tuple[int | None, int | None]) -> dict[str, Any]:
     """Start the upstream, rtgate and (if installed) LiteLLM; ``{name: (pid, port)}``."""
     gen_cpu, target_cpu = cpus
@@ -165,16 +183,23 @@ def _targets(stack: ExitStack, tmp: Path, cpus: tuple[int | None, int | None]) -
         stack.enter_context(_process(cmd, target_cpu, tmp / "rtgate.log", ready)),
         port,
     )
-    litellm = shutil.which("litellm")
-    if litellm is None or importlib.util.find_spec("litellm") is None:
+    litellm = litellm_command()
+    if litellm is None:
         out["litellm"] = None
         return out
     port = _free_port()
     cmd = [litellm, "--model", f"openai/{MODEL}", "--api_base", f"http://127.0.0.1:{up_port}/v1"]
     cmd += ["--port", str(port), "--num_workers", "1"]
     ready = f"http://127.0.0.1:{port}/health/liveliness"
+    # no keys on either gateway (a loopback benchmark): LiteLLM since 1.108 refuses to
+    # start without a master key unless told this is meant, and its OpenAI provider wants
+    # a key to send (the bare upstream ignores it)
+    open_door = {
+        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+        "OPENAI_API_KEY": "sk-unused",
+    }
     out["litellm"] = (
-        stack.enter_context(_process(cmd, target_cpu, tmp / "litellm.log", ready)),
+        stack.enter_context(_process(cmd, target_cpu, tmp / "litellm.log", ready, open_door)),
         port,
     )
     return out
@@ -219,7 +244,9 @@ def run(
             os.sched_setaffinity(0, {0})
         for name, started in _targets(stack, Path(tmp), cpus).items():
             if started is None:
-                report["targets"][name] = "not installed (the bench-litellm extra)"
+                report["targets"][name] = (
+                    "not installed (the bench-litellm extra, or RTGATE_BENCH_LITELLM)"
+                )
                 continue
             pid, port = started
             by_rate = {str(r): _drive(pid, port, r, seconds, connections) for r in rates}
