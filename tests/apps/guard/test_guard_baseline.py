@@ -48,7 +48,7 @@ def test_an_enrolment_moves_a_score_by_a_bounded_amount_and_never_a_saturated_on
         assert np.all(delta >= -SHIFT_MAX - 1e-3) and np.all(delta <= BOOST + 1e-3)
     # the bound, as a score: what the default rule's k-of-n clause still stops on
     edge = 1 / (1 + math.exp(-(math.log(0.92 / 0.08) + SHIFT_MAX)))
-    assert 0.99 < edge < 0.994
+    assert 0.98 < edge < 0.982
 
 
 def test_a_station_without_enrolment_keeps_its_score_bit_for_bit() -> None:

@@ -5,7 +5,7 @@ the mean and the spread, and how far a slow average of the features strayed from
 (``novelty_scale``). At run time, per window and station (:class:`Baselines`, vectorised
 over stations, a few array operations per tick):
 
-- ``z = (features - mean) / sd``; ``m += ALPHA * (z - m)`` (an average over ~10 windows);
+- ``z = (features - mean) / sd``; ``m += ALPHA * (z - m)`` (an average over ~5 windows);
 - novelty ``r = max(m) / novelty_scale``: 1 is the most the healthy recording reached; one
   sided, since a defect adds energy and impulsiveness (less of it is no bearing fault);
 - gate ``g = clip((r - GATE_LOW) / (GATE_HIGH - GATE_LOW), 0, 1)``;
@@ -16,8 +16,8 @@ over stations, a few array operations per tick):
 
 The bound: ``delta`` stays in ``[-SHIFT_MAX, BOOST]`` whatever a file says (a file outside
 it is refused), so a score that would stop a station with ``k`` of ``n`` windows at
-``sigmoid(logit(threshold) + SHIFT_MAX)`` (0.993 for the default 0.92) or at once at
-``sigmoid(logit(instant) + SHIFT_MAX)`` (0.9996 for 0.995) still does, and a saturated
+``sigmoid(logit(threshold) + SHIFT_MAX)`` (0.981 for the default 0.92) or at once at
+``sigmoid(logit(instant) + SHIFT_MAX)`` (0.9989 for 0.995) still does, and a saturated
 score (1.0) is never moved: an enrolment cannot silence a clear fault, even one that was
 present in the recording it was made from.
 
@@ -61,9 +61,9 @@ __all__ = [
 
 F32 = npt.NDArray[np.float32]
 FORMAT = "rtgate-guard-enrolment/1"
-ALPHA = 0.1  # the novelty's average: about 10 windows (0.2 s)
-GATE_LOW, GATE_HIGH = 0.8, 1.2  # novelty at which the shift starts and stops giving way
-SHIFT_MAX = 2.5  # logit: 0.92 -> 0.993, 0.995 -> 0.9996
+ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
+GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
+SHIFT_MAX = 1.5  # logit: 0.92 -> 0.981, 0.995 -> 0.9989
 BOOST = 1.0  # logit: on a novel window 0.92 -> 0.81
 SD_FLOOR = 0.05  # a feature that barely moved while enrolling is not taken as exact
 NOVELTY_FLOOR = 1.0  # in units of sd: a very steady recording does not make all novel
