@@ -257,18 +257,22 @@ def _pct(xs: list[float], q: float) -> float | None:
 
 
 def _families(fleet: _Fleet) -> dict[str, npt.NDArray[np.int64]]:
-    """Stations by shaft speed, by housing resonance and by the extra noise."""
-    slow = np.array([c.motor.shaft_hz < 40 for c in fleet.clips])
+    """Stations by shaft speed, by housing resonance and by the extra noise (the empty
+    families left out)."""
+    shaft = np.array([c.motor.shaft_hz for c in fleet.clips])
     res = np.array([c.motor.bearing_res_hz[0] for c in fleet.clips])
     noise = np.array(fleet.noise)
-    return {
-        "shaft 6-13 Hz": np.flatnonzero(slow),
-        "shaft 67-80 Hz": np.flatnonzero(~slow),
+    fams = {
+        "shaft 6-13 Hz": np.flatnonzero(shaft < 14),
+        "shaft 20-40 Hz": np.flatnonzero((shaft >= 14) & (shaft < 40)),
+        "shaft 40-60 Hz": np.flatnonzero((shaft >= 40) & (shaft < 66)),
+        "shaft 67-80 Hz": np.flatnonzero(shaft >= 66),
         "resonance 1.2-2 kHz": np.flatnonzero(res < 2000),
         "resonance 2-6.5 kHz (as trained)": np.flatnonzero((res >= 2000) & (res <= 6500)),
         "resonance 6.5-7.8 kHz": np.flatnonzero(res > 6500),
         **{f"noise: {k}": np.flatnonzero(noise == k) for k in ("none", "forklift", "babble")},
     }
+    return {k: v for k, v in fams.items() if len(v)}
 
 
 def _simulate(
