@@ -21,6 +21,15 @@ from tests.apps.guard.guard_helpers import (
 )
 
 
+@pytest.fixture(autouse=True)
+def no_user_enrolments(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> Path:
+    """Scans and runs look for enrolments in an empty directory of their own, never in the
+    user's (``$RTGATE_GUARD_ENROLMENTS``)."""
+    root = tmp_path_factory.mktemp("enrolments")
+    monkeypatch.setenv("RTGATE_GUARD_ENROLMENTS", str(root))
+    return root
+
+
 @pytest.fixture(scope="session")
 def unseen_motor() -> Any:
     """A motor from the population the detector was not trained on, fixed seed."""

@@ -25,7 +25,15 @@ def test_scan_reports_stops_per_file(tmp_path: Path, normal_clip: Clip, fault_cl
     )
     assert res.exit_code == 0, res.output
     ok, bad = json.loads(out.read_text())
-    assert ok == {"file": str(tmp_path / "ok.wav"), "max_score": ok["max_score"], "stops": []}
+    assert ok == {
+        "file": str(tmp_path / "ok.wav"),
+        "max_score": ok["max_score"],
+        "stops": [],
+        "station": "ok",  # the file's name: no enrolment of that station
+        "enrolment": None,
+        "max_detector_score": ok["max_score"],
+    }
+    assert "no enrolment for ok, bad" in res.stderr
     assert ok["max_score"] < 0.92 <= bad["max_score"]
     assert len(bad["stops"]) == 1
     onset_ms = 1000 * fault_clip.onset_s  # type: ignore[operator]

@@ -13,7 +13,7 @@ import rtgate.apps.guard as guard_pkg
 from rtgate.apps.guard.explain_worker import ExplainWorker
 
 GUARD = Path(guard_pkg.__file__).parent
-STOP_PATH = ["audio", "features", "detector", "rules", "events", "mqtt", "pipeline"]
+STOP_PATH = ["audio", "features", "detector", "baseline", "rules", "events", "mqtt", "pipeline"]
 LLM = (
     "rtgate.gate",
     "rtgate.tiers",

@@ -31,6 +31,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rtgate.apps.guard.baseline import Enrolment
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
 from rtgate.apps.guard.mqtt import Broker, StopPublisher
@@ -38,7 +39,7 @@ from rtgate.apps.guard.pipeline import Guard
 from rtgate.apps.guard.rt import quiet_gc, realtime
 from rtgate.apps.guard.rtbroker import realtime_broker
 from rtgate.apps.guard.rules import Rule, Rules
-from rtgate.apps.guard.simulate import Clip, make_set
+from rtgate.apps.guard.simulate import Clip, make_clip, make_set
 
 if TYPE_CHECKING:
     from rtgate.apps.guard.explain_child import ExplainProcess
@@ -323,6 +324,7 @@ def _through_broker(
     llm_inline: bool,
     rt_priority: int,
     cooldown_s: float,
+    enrolments: list[Enrolment | None] | None = None,
 ) -> tuple[bool, list[tuple[float, dict[str, Any]]]]:
     """Play the stations through the stop path and the broker to the subscriber, then stop
     the explainer. Returns whether the stop path ran at real-time priority, and the receipts.
@@ -342,6 +344,7 @@ def _through_broker(
             detector=Detector(model, n_streams=len(fleet.names)),
             on_stop=None if llm_inline else worker.offer,
             before_publish=worker.inline if llm_inline else None,
+            enrolments=enrolments,
         )
         # with the stop path at a real-time priority, garbage is collected between ticks
         _play(guard, fleet, ticks, quiet.enter_context(quiet_gc()) if rt_on else None)
@@ -351,6 +354,23 @@ def _through_broker(
     sub.close()
     pub.close()
     return rt_on, sub.got
+
+
+def _enrol_fleet(fleet: _Fleet, seconds: float, model: Path | None) -> list[Enrolment | None]:
+    """Each distinct motor enrolled on ``seconds`` of another, healthy recording of it
+    (``enrol.fit``, stops accepted: the bench measures the stop path's cost)."""
+    from rtgate.apps.guard.enrol import Recording, Source, fit
+
+    wf, det, made = WindowFeatures(), Detector(model, n_streams=1), {}
+    for j in sorted(set(fleet.clip_of.tolist())):
+        clip = make_clip(fleet.clips[j].motor, seconds, seed=fleet.clips[j].motor.seed + 1)
+        f = wf.frames(clip.audio)
+        det.reset()
+        s = np.array([det.step(row[None])[0] for row in f], np.float32)
+        src = Source(f"motor {j}", "simulated", RATE, seconds=len(f) * HOP / RATE)
+        rec = Recording(f, s, [(0, len(f))], [src], float(np.std(clip.audio)))
+        made[j] = fit(f"motor{j}", rec, accept_stops=True).enrolment
+    return [made[int(j)] for j in fleet.clip_of]
 
 
 def run(
@@ -368,6 +388,7 @@ def run(
     db: Path | None = None,
     rt_priority: int = 0,
     record: dict[str, Any] | None = None,
+    enrol_s: float = 0.0,
 ) -> dict[str, Any]:
     """Run the benchmark; return the metrics (see the module doc).
 
@@ -375,6 +396,8 @@ def run(
     priority (the explainer's process stays at normal priority). ``record``, when given, is
     filled with the raw run for plots: ``t0`` (UNIX time of audio start), ``names``,
     ``onsets_s``, ``severity_db``, ``scores`` (ticks x stations), ``receipts`` and ``orders``.
+    ``enrol_s > 0`` enrols every station first (on that much of another healthy recording
+    of its motor), so that the stop path runs each station's baseline too.
     """
     from rtgate.apps.guard.explain_child import ExplainConfig, ExplainProcess
     from rtgate.apps.guard.store import WorkOrderStore
@@ -388,6 +411,7 @@ def run(
         fault_share=fault_share,
         severity_db=severity_db,
     )
+    enrolments = _enrol_fleet(fleet, enrol_s, model) if enrol_s > 0 else None
     db_path = db or Path(tempfile.mkdtemp(prefix="rtgate-guard-bench-")) / "orders.sqlite"
     worker = ExplainProcess(ExplainConfig(str(db_path), llm=llm)).start()
     ticks = _Ticks(keep_scores=record is not None)
@@ -400,16 +424,29 @@ def run(
         llm_inline=llm_inline,
         rt_priority=rt_priority,
         cooldown_s=seconds,
+        enrolments=enrolments,
     )
     stops = _Stops.judge(got, fleet, ticks.t0)
     orders = WorkOrderStore(db_path).list(limit=1_000_000)
     if record is not None:
         _fill_record(record, fleet, ticks, got, orders)
     setup = _setup_report(fleet, seconds, llm_inline, rt_priority if rt_on else 0, worker)
+    setup["enrolled_stations"] = 0 if enrolments is None else len(enrolments)
+    return {**setup, **_results(ticks, fleet, stops, len(got), orders, worker, model)}
+
+
+def _results(
+    ticks: _Ticks,
+    fleet: _Fleet,
+    stops: _Stops,
+    received: int,
+    orders: list[WorkOrder],
+    worker: ExplainProcess,
+    model: Path | None,
+) -> dict[str, Any]:
     return {
-        **setup,
-        **_compute_report(ticks, streams, model),
-        **_stops_report(stops, fleet, len(got)),
+        **_compute_report(ticks, len(fleet.names), model),
+        **_stops_report(stops, fleet, received),
         **_timing_report(ticks, fleet.n_win),
         **_orders_report(orders, worker),
     }
@@ -440,6 +477,9 @@ def guard_cmd(
             "a motor stop in the same tick)"
         ),
     ] = 64,
+    enrol_s: Annotated[
+        float, typer.Option(help="enrol every station first on this much audio (0: none)")
+    ] = 0.0,
 ) -> None:
     """Many stations at once through the local Mosquitto."""
     with ExitStack() as stack:
@@ -456,6 +496,7 @@ def guard_cmd(
             seed=seed,
             rt_priority=rt_priority,
             unique_clips=unique_clips,
+            enrol_s=enrol_s,
         )
     res["broker"] = "private, SCHED_FIFO" if rt_broker else broker
     table = Table("metric", "value")

@@ -1,4 +1,5 @@
-"""``rtgate guard …``: scan files, guard a live stream, list work orders, train, simulate."""
+"""``rtgate guard …``: scan files, guard a live stream, enrol a station, list work orders,
+train, simulate."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -17,7 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from rtgate.apps.guard.audio import PcmReader, WavStream, paced, read_wav, write_wav
+from rtgate.apps.guard.baseline import Enrolment
 from rtgate.apps.guard.detector import Detector
+from rtgate.apps.guard.enrol_cmd import EnrolmentsOpt, enroll, load_enrolments
 from rtgate.apps.guard.features import HOP, RATE, Framer
 from rtgate.apps.guard.pipeline import Guard, StopEvent
 from rtgate.apps.guard.rt import realtime
@@ -44,19 +47,32 @@ def _fail(e: RtgateError) -> NoReturn:
     raise typer.Exit(2)
 
 
+app.command()(enroll)
+
+
 def scan_files(
-    files: list[Path], rules: Rules | None = None, model: Path | None = None
+    files: list[Path],
+    rules: Rules | None = None,
+    model: Path | None = None,
+    stations: list[str] | None = None,
+    enrolments: dict[str, Enrolment | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Scan WAV files as fast as possible; per file its highest score and its stops. Each
     file is streamed (bounded memory for any length); one with no audio is an
-    ``InvalidRequest``, one cut short is scanned as far as it goes, with a warning."""
+    ``InvalidRequest``, one cut short is scanned as far as it goes, with a warning.
+
+    ``stations``: the station of each file (default: ``scan``); ``enrolments``: a station's
+    enrolment, used when there is one (the stops then come from the fused score).
+    """
     det = Detector(model, n_streams=1)
+    names = stations or ["scan"] * len(files)
     out = []
-    for f in files:
+    for f, name in zip(files, names, strict=True):
         wav = WavStream(f)
         det.reset()
-        guard = Guard(["scan"], rules, detector=det)
-        framer, stops, top, i = Framer(), [], 0.0, 0
+        enrolment = (enrolments or {}).get(name)
+        guard = Guard([name], rules, detector=det, enrolments=[enrolment])
+        framer, stops, top, top_det, i = Framer(), [], 0.0, 0.0, 0
         for block in wav.blocks():
             for w, _ in framer.push(block, 0.0):
                 i += 1
@@ -64,12 +80,29 @@ def scan_files(
                 for ev in guard.process(w[None], end):
                     stops.append({"t_ms": round(end * 1000), "score": ev.message.score})
                 top = max(top, float(guard.last_scores[0]))
+                top_det = max(top_det, float(guard.last_detector_scores[0]))
         res: dict[str, Any] = {"file": str(f), "max_score": round(top, 4), "stops": stops}
+        res["station"] = name
+        res["enrolment"] = enrolment.summary() if enrolment is not None else None
+        res["max_detector_score"] = round(top_det, 4)
         if wav.truncated:
             res["warning"] = f"truncated: the header promises more than the {i} windows read"
             typer.echo(f"warning: {f}: {res['warning']}", err=True)
         out.append(res)
     return out
+
+
+def _scan_stations(files: list[Path], names: list[str] | None) -> list[str]:
+    """One station per file (default: the file's name without its suffix), or one for all."""
+    if not names:
+        return [f.stem for f in files]
+    if len(names) == 1:
+        return names * len(files)
+    if len(names) != len(files):
+        raise InvalidRequest(
+            f"{len(names)} station names for {len(files)} files: give one or one each"
+        )
+    return names
 
 
 @app.command()
@@ -78,10 +111,31 @@ def scan(
     json_out: Annotated[Path | None, typer.Option("--json", help="write results here")] = None,
     rules: RulesOpt = None,
     model: ModelOpt = None,
+    station: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="the station of the files (one for all, or one per file; default: "
+            "each file's name without .wav): its enrolment is used"
+        ),
+    ] = None,
+    enrolments: EnrolmentsOpt = None,
 ) -> None:
-    """Scan WAV files as fast as possible and report the stops each would cause."""
+    """Scan WAV files as fast as possible and report the stops each would cause.
+
+    A station with an enrolment (``guard enroll``) is decided with it; the others with the
+    general detector alone, which is said on stderr and as ``"enrolment": null``.
+    """
     try:
-        res = scan_files(files, Rules.load(rules) if rules else None, model)
+        names = _scan_stations(files, station)
+        unique = list(dict.fromkeys(names))
+        found = load_enrolments(unique, enrolments, model)
+        res = scan_files(
+            files,
+            Rules.load(rules) if rules else None,
+            model,
+            names,
+            dict(zip(unique, found, strict=True)),
+        )
     except RtgateError as e:
         _fail(e)
     table = Table("file", "max score", "stops (ms)")
@@ -226,12 +280,14 @@ def run(
     audit: _Audit = None,
     rt_priority: _RtPriority = 0,
     status_topic: _StatusTopic = "rtgate/guard/{station}/status",
+    enrolments: EnrolmentsOpt = None,
 ) -> None:
     """Guard stations in real time: stops go to the broker, explanations to work orders.
 
     Several stations run as one batch per 20 ms tick: several files, or one channel per
     station of stdin (``arecord -c 4 ... | rtgate guard run - --channels 4 --station A ...``)
-    or of a sound card (``--device NAME --channels 4 --station A ...``).
+    or of a sound card (``--device NAME --channels 4 --station A ...``). A station with an
+    enrolment (``guard enroll``) is decided with it; one without is named on stderr.
 
     Every stop and status topic is checked before any audio is read. With the broker
     unreachable at start (no connection within --connect-timeout) and no --failsafe-cmd the
@@ -246,7 +302,8 @@ def run(
             reader = _open_device(plan, device, rate, channels, seconds, device_buffer_s)
             pub = _publisher(plan, broker, failsafe_cmd, audit)
             det = Detector(model, n_streams=len(plan.names))
-            guard = Guard(plan.names, plan.rules, pub, detector=det)
+            found = load_enrolments(plan.names, enrolments, det.path)
+            guard = Guard(plan.names, plan.rules, pub, detector=det, enrolments=found)
         except RtgateError as e:
             _fail(e)
         except Ended:  # before anything was started
@@ -259,7 +316,8 @@ def run(
         with realtime(rt_priority):  # the stop path and the MQTT thread; the explainer is not
             windows = _source(plan, reader, rate, channels)
             cfg = _explain_config(rules, db, llm)
-            error = guard_until_done(guard, pub, start, windows, cfg, shutdown, _print_stop)
+            printer = _stop_printer(found)
+            error = guard_until_done(guard, pub, start, windows, cfg, shutdown, printer)
     _report_drops(reader)
     _finish(pub, error)
 
@@ -353,8 +411,16 @@ def _explain_config(rules: Path | None, db: Path | None, llm: bool) -> ExplainCo
     return ExplainConfig(str(db or default_db_path()), llm=llm, machines=machines)
 
 
-def _print_stop(ev: StopEvent) -> None:
-    print(json.dumps({"topic": ev.topic, **_msg(ev.message)}, ensure_ascii=False), flush=True)
+def _stop_printer(enrolments: list[Enrolment | None]) -> Callable[[StopEvent], None]:
+    """Print each stop as a JSON line, with the id of the enrolment it was decided with
+    (null: the general detector alone)."""
+    ids = [e.id if e is not None else None for e in enrolments]
+
+    def show(ev: StopEvent) -> None:
+        line = {"topic": ev.topic, **_msg(ev.message), "enrolment": ids[ev.index]}
+        print(json.dumps(line, ensure_ascii=False), flush=True)
+
+    return show
 
 
 def _finish(pub: StopPublisher, error: RtgateError | None) -> None:

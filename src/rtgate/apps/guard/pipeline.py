@@ -1,7 +1,9 @@
-"""The stop path: windows in -> features -> detector -> rules -> stop published.
+"""The stop path: windows in -> features -> detector -> baselines -> rules -> stop published.
 
 ``Guard`` runs many stations in step: each call takes one 20 ms window per station (or a
-subset of stations), computes features and scores in one batch and feeds the rule engine;
+subset of stations), computes features and scores in one batch, moves the scores of the
+stations that have an enrolment by their own baseline (``baseline.py``) and feeds the rule
+engine;
 once every stop of the tick is published, each gets a copy of the last ``clip_s`` seconds
 and goes to ``on_stop`` (the explainer's feed). Nothing here imports language-model code;
 the ``before_publish`` hook exists only for the ablation that puts an explainer first.
@@ -17,6 +19,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from rtgate.apps.guard.baseline import Baselines, Enrolment
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.events import StopEvent, StopMessage
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
@@ -47,6 +50,7 @@ class Guard:
         before_publish: ablation only: runs before publishing (delays the stop).
         clip_s: seconds of audio kept per station for the explanation.
         clock: UNIX time for the ``ts`` of a stop.
+        enrolments: per station its enrolment or None (default: none has one).
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class Guard:
         before_publish: Callable[[StopEvent], object] | None = None,
         clip_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        enrolments: Sequence[Enrolment | None] | None = None,
     ) -> None:
         self.stations = list(stations)
         n = len(self.stations)
@@ -70,6 +75,10 @@ class Guard:
         self.detector = detector or Detector(n_streams=n)
         if self.detector.n_streams != n:
             raise InvalidRequest(f"detector has {self.detector.n_streams} streams, need {n}")
+        if enrolments is not None and len(enrolments) != n:
+            raise InvalidRequest(f"{len(enrolments)} enrolments for {n} stations")
+        novelty = [self.rules.for_station(s).novelty for s in self.stations]
+        self.baselines = Baselines(enrolments or [None] * n, novelty)
         self.sink = sink
         self.on_stop = on_stop
         self.before_publish = before_publish
@@ -80,7 +89,8 @@ class Guard:
         self._ring.fill(0.0)  # touch every page now, not on the first ticks
         self._slot = np.zeros(n, dtype=np.int64)
         self._all = np.arange(n)
-        self.last_scores = np.zeros(n, dtype=np.float32)
+        self.last_scores = np.zeros(n, dtype=np.float32)  # what the rules saw
+        self.last_detector_scores = np.zeros(n, dtype=np.float32)  # the general detector's
         self.features_s = 0.0  # how long the last tick's features took
         self.infer_s = 0.0  # how long the last detector call took
         self._kept = False
@@ -110,9 +120,11 @@ class Guard:
             self.sink, self.on_stop, self.before_publish = sink, on_stop, before
             self.engine = RuleEngine(self.rules, self.stations)
             self.detector.reset()
+            self.baselines.reset()
             self._ring.fill(0.0)
             self._slot[:] = 0
             self.last_scores[:] = 0.0
+            self.last_detector_scores[:] = 0.0
 
     def _keep(self, w: F32, idx: npt.NDArray[np.int64]) -> None:
         """Append this tick's windows to the stations' clip rings (once per tick)."""
@@ -143,15 +155,21 @@ class Guard:
         t0 = time.perf_counter()
         feats = self.features(w)
         t1 = time.perf_counter()
-        scores = self.detector.step(feats, None if every else idx)
+        general = self.detector.step(feats, None if every else idx)
         self.infer_s = time.perf_counter() - t1
         self.features_s = t1 - t0
-        decisions = self.engine.feed(scores, window_end_ts, None if every else idx)
+        base = self.baselines
+        scores = base.adjust(feats, general, None if every else idx)
+        novel = None
+        if base.novelty_clause:
+            novel = base.last_novel if every else base.last_novel[idx]
+        decisions = self.engine.feed(scores, window_end_ts, None if every else idx, novel)
+        self.last_detector_scores[idx] = general
         self.last_scores[idx] = scores
         stops = []
         for d in decisions:  # every stop of this tick is published before anything else
             now = self.clock()
-            rule = d.rule.describe(d.instant)
+            rule = d.rule.describe(d.instant, d.novel)
             msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, rule)
             ev = StopEvent(msg, self.topics[d.index], d.index, np.zeros(0, np.float32), now)
             if self.before_publish is not None:  # the ablation: explain before the stop

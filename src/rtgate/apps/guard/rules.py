@@ -6,6 +6,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     k = 2                         # stop when k of the last n windows are hits
     n = 3
     instant = 0.995               # or at once on one window scoring >= instant (0: off)
+    novelty = 0.0                 # enrolled stations: a window this novel is a hit (0: off)
     cooldown_s = 10.0             # no second stop from a station within this time
     topic = "rtgate/guard/{station}/stop"
 
@@ -39,7 +40,7 @@ from rtgate.core.errors import ConfigError, InvalidRequest
 __all__ = ["Decision", "Rule", "RuleEngine", "Rules"]
 
 _POPCOUNT = np.array([bin(i).count("1") for i in range(1 << 16)], dtype=np.int8)
-_FIELDS = {"threshold", "k", "n", "instant", "cooldown_s", "topic", "name"}
+_FIELDS = {"threshold", "k", "n", "instant", "novelty", "cooldown_s", "topic", "name"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +55,19 @@ class Rule:
     once; 0 turns it off. A score that high is rare on healthy motors (no false stop on
     960 held-out clips of 8 s; at 0.985, one) and saves one window on clear faults; faint
     faults still need ``k`` of ``n``.
+
+    ``novelty``: for a station with an enrolment (``baseline.py``), a window whose novelty
+    is at least this (1: the most its healthy recording reached) is a hit as well, whatever
+    the detector's score; 0 (the default) turns it off. It hears faults the detector is
+    deaf to on machines unlike its training set, and anything else the station did not do
+    while it was enrolled (another speed, a new noise): see docs/guard.md.
     """
 
     threshold: float = 0.92
     k: int = 2
     n: int = 3
     instant: float = 0.995
+    novelty: float = 0.0
     cooldown_s: float = 10.0
     topic: str = "rtgate/guard/{station}/stop"
     name: str = "default"
@@ -74,6 +82,9 @@ class Rule:
         ins = self.instant
         if not (isinstance(ins, int | float) and 0.0 <= ins <= 1.0):
             raise ConfigError(f"instant must be in [0, 1] (0: off), got {ins!r}")
+        nov = self.novelty
+        if not (isinstance(nov, int | float) and (nov == 0 or 1.0 <= nov <= 1000.0)):
+            raise ConfigError(f"novelty must be 0 (off) or in [1, 1000], got {nov!r}")
         cd = self.cooldown_s
         if not (isinstance(cd, int | float) and math.isfinite(cd) and cd >= 0):
             raise ConfigError(f"cooldown_s must be a finite number >= 0, got {cd!r}")
@@ -88,12 +99,15 @@ class Rule:
         """The score that stops on one window (infinity when the clause is off)."""
         return max(self.instant, self.threshold) if self.instant else math.inf
 
-    def describe(self, instant: bool = False) -> str:
-        """The rule (its k-of-n clause, or with ``instant`` its one-window clause) as it
-        appears in a stop message."""
+    def describe(self, instant: bool = False, novel: bool = False) -> str:
+        """The rule (its k-of-n clause, or with ``instant`` its one-window clause; with
+        ``novel`` the k-of-n clause with novelty hits) as it appears in a stop message."""
         if instant:
             return f"{self.name}: score>={self.instant_at:g} in 1 window"
-        return f"{self.name}: score>={self.threshold:g} in {self.k} of {self.n} windows"
+        hit = f"score>={self.threshold:g}"
+        if novel:
+            hit += f" or novelty>={self.novelty:g}"
+        return f"{self.name}: {hit} in {self.k} of {self.n} windows"
 
     def topic_for(self, station: str) -> str:
         """The stop topic for ``station``; :class:`InvalidRequest` if it cannot be
@@ -149,6 +163,7 @@ class Decision:
     window_end_ts: float
     rule: Rule
     instant: bool = False  # decided by the one-window clause (k of n not reached)
+    novel: bool = False  # k of n reached only with the station's novelty hits
 
     @property
     def topic(self) -> str:
@@ -171,30 +186,46 @@ class RuleEngine:
         self._mask = np.array([(1 << r.n) - 1 for r in per], dtype=np.int64)
         self._cool = np.array([r.cooldown_s for r in per], dtype=np.float64)
         self._hits = np.zeros(len(per), dtype=np.int64)
+        self._score_hits = np.zeros(len(per), dtype=np.int64)  # without novelty hits
         self._until = np.full(len(per), -np.inf)
+        self.novelty = np.array([r.novelty for r in per], dtype=np.float32)
 
     def feed(
         self,
         scores: npt.ArrayLike,
         window_end_ts: float | npt.ArrayLike,
         rows: npt.ArrayLike | None = None,
+        novel: npt.ArrayLike | None = None,
     ) -> list[Decision]:
-        """Add one window's score per station (``rows``: which stations; default all)."""
+        """Add one window's score per station (``rows``: which stations; default all).
+        ``novel``: per station, whether the window is a novelty hit (see ``Rule.novelty``)."""
         s = np.asarray(scores, dtype=np.float32).reshape(-1)
         idx = np.arange(len(self.stations)) if rows is None else np.asarray(rows, np.int64)
         if len(s) != len(idx):
             raise InvalidRequest(f"{len(s)} scores for {len(idx)} stations")
         ts = np.broadcast_to(np.asarray(window_end_ts, dtype=np.float64), s.shape)
         over = (s >= self._thr[idx]).astype(np.int64)
-        hits = ((self._hits[idx] << 1) | over) & self._mask[idx]
+        mask = self._mask[idx]
+        if novel is None:
+            hits = ((self._hits[idx] << 1) | over) & mask
+            k_of_n = _POPCOUNT[hits] >= self._k[idx]
+            novel_only = None
+            self._score_hits[idx] = hits
+        else:
+            hits = ((self._hits[idx] << 1) | over | np.asarray(novel, np.int64)) & mask
+            by_score = ((self._score_hits[idx] << 1) | over) & mask
+            self._score_hits[idx] = by_score
+            k_of_n = _POPCOUNT[hits] >= self._k[idx]
+            novel_only = k_of_n & (_POPCOUNT[by_score] < self._k[idx])
         self._hits[idx] = hits
-        k_of_n = _POPCOUNT[hits] >= self._k[idx]
         fire = (k_of_n | (s >= self._inst[idx])) & (ts >= self._until[idx])
         out: list[Decision] = []
         for j in np.flatnonzero(fire):
             i = int(idx[j])
             self._until[i] = ts[j] + self._cool[i]
-            self._hits[i] = 0
+            self._hits[i] = self._score_hits[i] = 0
             rule, instant = self._rule[i], not bool(k_of_n[j])
-            out.append(Decision(self.stations[i], i, float(s[j]), float(ts[j]), rule, instant))
+            nov = novel_only is not None and bool(novel_only[j]) and not instant
+            d = Decision(self.stations[i], i, float(s[j]), float(ts[j]), rule, instant, nov)
+            out.append(d)
         return out

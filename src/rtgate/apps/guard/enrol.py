@@ -1,0 +1,283 @@
+"""``guard enroll``: listen to a healthy station and measure its own normal.
+
+:func:`listen` runs the general detector over the recording (WAV files, stdin PCM or a sound
+card chunks; at most ``max_seconds``) and keeps every window's features and score, one
+segment per source (the detector and the novelty start afresh on each). :func:`fit` turns
+that into an :class:`~rtgate.apps.guard.baseline.Enrolment` and checks it:
+
+- too little audio (under :data:`MIN_SECONDS`) or a silent recording: refused;
+- the general detector stops the station on the recording (the station's rule): refused
+  unless ``accept_stops`` (someone has checked the machine by other means); a fault present
+  from the first second looks like that, and a station enrolled on it would count the fault
+  as its normal. Accepted, the shift is still bounded (``baseline.SHIFT_MAX``);
+- the enrolled station still stops on its own recording: said in the warnings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+
+from rtgate.apps.guard.audio import WavStream
+from rtgate.apps.guard.baseline import (
+    NOVELTY_FLOOR,
+    SD_FLOOR,
+    SHIFT_MAX,
+    Baselines,
+    Enrolment,
+    detector_identity,
+)
+from rtgate.apps.guard.detector import Detector
+from rtgate.apps.guard.features import HOP, N_FEATURES, RATE, Framer, WindowFeatures
+from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
+from rtgate.core.errors import InvalidRequest
+
+__all__ = [
+    "MIN_SECONDS",
+    "NOVELTY_QUANTILE",
+    "Fitted",
+    "HashingReader",
+    "Recording",
+    "Source",
+    "file_source",
+    "fit",
+    "listen",
+]
+
+F32 = npt.NDArray[np.float32]
+MIN_SECONDS = 30.0
+NOVELTY_QUANTILE = 0.999  # of the recording's novelty: the scale (1 = this much)
+SILENT_RMS = 1e-5  # -100 dBFS: no microphone, or a muted one
+
+
+@dataclass
+class Source:
+    """Where a segment of the recording came from (its provenance)."""
+
+    name: str
+    kind: str  # "file", "stdin" or "device"
+    sample_rate: int
+    channel: int = 0
+    seconds: float = 0.0
+    sha256: str | None = None  # of the file; of the PCM bytes read from stdin
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "sample_rate": self.sample_rate,
+            "channel": self.channel,
+            "seconds": round(self.seconds, 3),
+            "sha256": self.sha256,
+        }
+
+
+def file_source(path: Path, channel: int = 0) -> tuple[Source, Iterator[F32]]:
+    """A WAV file as a source: its sha256 now, its 16 kHz blocks when read. A file that
+    cannot be read or is not a WAV is an :class:`InvalidRequest`."""
+    wav = WavStream(path, channel=channel)
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as e:
+        wav.close()
+        raise InvalidRequest(f"cannot read {path}: {e.strerror or e}") from e
+    src = Source(str(path), "file", wav.info.rate, channel, sha256=digest.hexdigest())
+    return src, wav.blocks()
+
+
+class HashingReader:
+    """A binary stream that hashes what is read from it (stdin's provenance)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self.digest = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._stream.read(n)
+        self.digest.update(data)
+        return data
+
+
+@dataclass
+class Recording:
+    """Every window's features ``(T, N_FEATURES)`` and general score ``(T,)``; ``segments``
+    are the windows of each source, ``[start, end)``."""
+
+    features: F32
+    scores: F32
+    segments: list[tuple[int, int]]
+    sources: list[Source]
+    rms: float
+
+    @property
+    def seconds(self) -> float:
+        return len(self.scores) * HOP / RATE
+
+
+def listen(
+    sources: Iterable[tuple[Source, Iterable[F32]]],
+    detector: Detector,
+    max_seconds: float,
+) -> Recording:
+    """Run ``detector`` (one stream) over each source's 16 kHz chunks in turn, up to
+    ``max_seconds`` of audio in all; the detector is reset between sources."""
+    if detector.n_streams != 1:
+        raise InvalidRequest("enrolment listens with a one-stream detector")
+    wf = WindowFeatures()
+    limit = int(max_seconds * RATE) // HOP
+    feats: list[F32] = []
+    scores: list[float] = []
+    segments, used, energy = [], [], 0.0
+    for src, chunks in sources:
+        if len(scores) >= limit:
+            break
+        detector.reset()
+        start, framer = len(scores), Framer()
+        for chunk in chunks:
+            wins = [w for w, _ in framer.push(chunk, 0.0)][: limit - len(scores)]
+            if not wins:
+                continue
+            x = np.stack(wins)
+            energy += float(np.square(x, dtype=np.float64).sum())
+            f = wf(x)
+            for row in f:
+                scores.append(float(detector.step(row[None])[0]))
+            feats.append(f)
+            if len(scores) >= limit:
+                break
+        src.seconds = (len(scores) - start) * HOP / RATE
+        segments.append((start, len(scores)))
+        used.append(src)
+    n = len(scores)
+    f_all = np.concatenate(feats) if feats else np.zeros((0, N_FEATURES), np.float32)
+    rms = float(np.sqrt(energy / (n * HOP))) if n else 0.0
+    return Recording(f_all, np.asarray(scores, np.float32), segments, used, rms)
+
+
+@dataclass
+class Fitted:
+    """An enrolment and what the check found."""
+
+    enrolment: Enrolment
+    warnings: list[str] = field(default_factory=list)
+
+
+def _general(rec: Recording, rule: Rule) -> dict[str, Any]:
+    """What the general detector does on the recording with the station's rule."""
+    stops: list[float] = []
+    for a, b in rec.segments:
+        eng = RuleEngine(Rules(rule), ["station"])
+        for t in range(a, b):
+            if eng.feed(rec.scores[t : t + 1], (t - a + 1) * HOP / RATE):
+                stops.append(round((t + 1) * HOP / RATE, 2))
+    s = rec.scores
+    return {
+        "windows": len(s),
+        "max_score": round(float(s.max()), 4) if len(s) else None,
+        "p99_score": round(float(np.quantile(s, 0.99)), 4) if len(s) else None,
+        "windows_over_threshold": int((s >= rule.threshold).sum()),
+        "stops": len(stops),
+        "first_stops_s": stops[:10],
+        "rule": rule.describe(),
+    }
+
+
+def _replay(rec: Recording, enrolment: Enrolment, rule: Rule) -> tuple[F32, int]:
+    """The recording through the enrolled station's baseline: its novelty per window
+    (``r``, before any scale: pass ``novelty_scale=1``) and the stops the rule then makes."""
+    base = Baselines([enrolment])
+    novelty = np.zeros(len(rec.scores), np.float32)
+    stops = 0
+    for a, b in rec.segments:
+        base.reset()
+        eng = RuleEngine(Rules(rule), ["station"])
+        for t in range(a, b):
+            s = base.adjust(rec.features[t : t + 1], rec.scores[t : t + 1])
+            novelty[t] = base.last_novelty[0]
+            stops += len(eng.feed(s, (t - a + 1) * HOP / RATE))
+    return novelty, stops
+
+
+def _check(station: str, rec: Recording, general: dict[str, Any], accept_stops: bool) -> None:
+    """Refuse what must not become a station's normal (:class:`InvalidRequest`)."""
+    if rec.seconds < MIN_SECONDS:
+        raise InvalidRequest(
+            f"too little audio for {station!r}: {rec.seconds:.1f} s, need at least "
+            f"{MIN_SECONDS:g} s of the station running healthy (a few minutes is better)"
+        )
+    if rec.rms < SILENT_RMS:
+        raise InvalidRequest(f"the recording for {station!r} is silent (RMS {rec.rms:.1e})")
+    if general["stops"] and not accept_stops:
+        raise InvalidRequest(
+            f"the general detector stops {station!r} {general['stops']} time(s) on this "
+            f"recording (first at {general['first_stops_s'][0]} s, highest score "
+            f"{general['max_score']}): a faulty machine must not be enrolled as normal. If "
+            "the machine has been checked and is healthy, --accept-stops enrols it anyway "
+            f"(the detector's threshold is then raised by at most {SHIFT_MAX:g} in logit)"
+        )
+
+
+def _warnings(station: str, stops: int, residual: int) -> list[str]:
+    out = []
+    if stops:
+        out.append(
+            f"{station}: enrolled although the general detector stopped it {stops} time(s) "
+            "on this recording (--accept-stops)"
+        )
+    if residual:
+        out.append(
+            f"{station}: still stops {residual} time(s) on its own recording with the "
+            f"enrolment: the general detector is surer than an enrolment may overrule "
+            f"(at most {SHIFT_MAX:g} in logit); have the machine checked"
+        )
+    return out
+
+
+def fit(
+    station: str,
+    rec: Recording,
+    *,
+    rule: Rule | None = None,
+    detector: Detector | None = None,
+    accept_stops: bool = False,
+    shift: float = SHIFT_MAX,
+    extra: dict[str, Any] | None = None,
+) -> Fitted:
+    """Measure ``station``'s normal on ``rec`` (see the module doc for what is refused:
+    :class:`InvalidRequest`). ``detector``: the one that made the scores, for the
+    provenance; ``extra``: more provenance (e.g. how long was asked for)."""
+    rule = rule or Rule()
+    general = _general(rec, rule) if rec.seconds >= MIN_SECONDS else {}
+    _check(station, rec, general, accept_stops)
+    f64 = rec.features.astype(np.float64)
+    mean = f64.mean(axis=0).astype(np.float32)
+    sd = np.maximum(f64.std(axis=0), SD_FLOOR).astype(np.float32)
+    raw = Enrolment(station, mean, sd, NOVELTY_FLOOR, 0.0)
+    novelty, _ = _replay(rec, raw, rule)  # max(m) / NOVELTY_FLOOR per window
+    scale = float(np.quantile(novelty * NOVELTY_FLOOR, NOVELTY_QUANTILE))
+    provenance = {
+        "sources": [s.record() for s in rec.sources],
+        "seconds": round(rec.seconds, 3),
+        "rms_dbfs": round(20 * np.log10(rec.rms), 1),
+        "detector": detector_identity(detector.path, detector.info) if detector else None,
+        "features": N_FEATURES,
+        **(extra or {}),
+    }
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    general["accepted_stops"] = bool(general["stops"])
+    enrolment = Enrolment(
+        station, mean, sd, max(scale, NOVELTY_FLOOR), shift, provenance, general, created
+    )
+    _, residual = _replay(rec, enrolment, rule)
+    enrolment = replace(enrolment, general={**general, "stops_with_enrolment": residual})
+    return Fitted(enrolment, _warnings(station, general["stops"], residual))
