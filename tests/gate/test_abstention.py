@@ -30,7 +30,7 @@ def lineup(fast_pieces: list[str | Piece] | None = None) -> list[FakeTier]:
     # the fast tier outranks the cloud, as in the autocomplete: without a judge, its answer
     # is final and the cloud never hears of the ask
     fast = FakeTier("template", 40, fast_pieces or [Piece("canned", {"confidence": 0.8})])
-    cloud = FakeTier("cloud", 10, ["deep"], ttft_ms=5, delegable=True)
+    cloud = FakeTier("cloud", 10, ["deep"], delegable=True)
     return [fast, cloud]
 
 
@@ -122,7 +122,7 @@ async def test_a_trusted_fast_answer_is_final_even_below_a_skipped_better_tier()
     # the cloud outranks the fast tier (as on the server): without a judge every fast
     # answer is followed by a job; a judge that trusts it saves the big model the work
     fast = FakeTier("template", 10, [Piece("canned", {"confidence": 0.8})])
-    cloud = FakeTier("cloud", 80, ["deep"], ttft_ms=5, delegable=True)
+    cloud = FakeTier("cloud", 80, ["deep"], delegable=True)
     async with Gate([fast, cloud], priors=PRIORS, queue=InProcessQueue()) as g:
         assert (await g.answer(Request("my bill"), 100)).job_id is not None
     async with Gate([fast, cloud], priors=PRIORS, queue=InProcessQueue(), judge=ByWord()) as g:
