@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rtgate.apps.guard.features import N_FEATURES
+from rtgate.apps.guard.paths import user_data_path
 from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = [
@@ -71,11 +71,7 @@ NOVELTY_FLOOR = 1.0  # in units of sd: a very steady recording does not make all
 
 def default_enrolment_dir() -> Path:
     """``$RTGATE_GUARD_ENROLMENTS``, else ``$XDG_DATA_HOME/rtgate/enrolments``."""
-    env = os.environ.get("RTGATE_GUARD_ENROLMENTS")
-    if env:
-        return Path(env)
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "rtgate" / "enrolments"
+    return user_data_path("RTGATE_GUARD_ENROLMENTS", "enrolments")
 
 
 def detector_identity(model_path: str | Path, info: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,13 +6,14 @@ Default file: ``$RTGATE_GUARD_DB``, else ``$XDG_DATA_HOME/rtgate/guard.sqlite`` 
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from rtgate.apps.guard.paths import user_data_path
 
 __all__ = ["WorkOrder", "WorkOrderStore", "default_db_path"]
 
@@ -32,11 +33,8 @@ CREATE TABLE IF NOT EXISTS work_orders (
 
 
 def default_db_path() -> Path:
-    env = os.environ.get("RTGATE_GUARD_DB")
-    if env:
-        return Path(env)
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "rtgate" / "guard.sqlite"
+    """``$RTGATE_GUARD_DB``, else ``$XDG_DATA_HOME/rtgate/guard.sqlite``."""
+    return user_data_path("RTGATE_GUARD_DB", "guard.sqlite")
 
 
 @dataclass(frozen=True, slots=True)
