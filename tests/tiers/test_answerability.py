@@ -212,3 +212,17 @@ def test_the_shipped_ask_sets_are_well_formed_and_apart() -> None:
 
     seen = {normalize(a.text) for a in tune} | {normalize(e.text) for e in load_corpus()}
     assert not seen & {normalize(a.text) for a in held}
+
+
+def test_one_analysis_per_normalised_text_and_the_cache_is_bounded() -> None:
+    from rtgate.domains.loader import load_classifier
+
+    clf = load_classifier("ngram")
+    assert isinstance(clf, IntentClassifier)
+    clf.rank("我的账单？")
+    clf.rank("我的账单")  # the same text once normalised: read from the cache
+    assert list(clf._recent) == ["我的账单"]
+    assert clf.features("我的账单")[0] is clf.features("我的账单？")[0]
+    for n in range(300):
+        clf.known_share(f"账单 {n}")
+    assert len(clf._recent) <= 256

@@ -141,10 +141,11 @@ class IntentClassifier:
     def _analysed(self, text: str) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray, float]:
         """Features and known share of ``text``, computed once for the last few hundred
         texts (a judge reads one text through the ranking and the familiarity both)."""
-        hit = self._recent.get(text)
+        norm = normalize(text)  # memoised; a clause and its whole ask often read the same
+        hit = self._recent.get(norm)
         if hit is not None:
             return hit
-        counts = Counter(char_ngrams(normalize(text), *self.ngram, self.words))
+        counts = Counter(char_ngrams(norm, *self.ngram, self.words))
         get = self._vocab.get
         idx: list[int] = []
         tf: list[float] = []
@@ -160,11 +161,11 @@ class IntentClassifier:
         raw = np.asarray(tf, dtype=np.float64) * self._idf[ids]
         seen = float(raw.sum())
         total = seen + unseen * self._max_idf
-        norm = float(np.sqrt(raw @ raw))
-        out = (ids, raw / norm if norm > 0 else raw, seen / total if total > 0 else 1.0)
+        length = float(np.sqrt(raw @ raw))
+        out = (ids, raw / length if length > 0 else raw, seen / total if total > 0 else 1.0)
         if len(self._recent) >= 256:  # bounded: the oldest goes
             self._recent.pop(next(iter(self._recent)))
-        self._recent[text] = out
+        self._recent[norm] = out
         return out
 
     def proba(self, text: str) -> FloatArray:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rtgate.apps.autocomplete.bench import pct
 from rtgate.apps.autocomplete.engine import AutocompleteEngine, EngineConfig
 from rtgate.apps.autocomplete.pool import units
 from rtgate.apps.autocomplete.sessions import lexicon, typed
@@ -127,9 +128,14 @@ def _per_ask(rows: Sequence[Row], p: dict[int, float], threshold: float) -> dict
     return out
 
 
-def _shares(rows: Sequence[Row], asks: Sequence[Ask], went: dict[int, bool]) -> dict[str, float]:
-    simple = [i for i, a in enumerate(asks) if a.kind == "simple"]
-    hard = [i for i, a in enumerate(asks) if a.kind != "simple"]
+def _shares(
+    asks: Sequence[Ask], went: dict[int, bool], part: Sequence[int] | None = None
+) -> dict[str, float]:
+    """Complex asks that reached the big model, simple ones that did not, among ``part``
+    (indices into ``asks``; all of them by default)."""
+    idx = range(len(asks)) if part is None else part
+    simple = [i for i in idx if asks[i].kind == "simple"]
+    hard = [i for i in idx if asks[i].kind != "simple"]
     return {
         "complex_delegated": sum(went.get(i, False) for i in hard) / max(1, len(hard)),
         "simple_fast": sum(not went.get(i, False) for i in simple) / max(1, len(simple)),
@@ -144,29 +150,50 @@ def pick_threshold(
     best: tuple[float, float, dict[str, float]] | None = None
     for k in range(1, 90):
         t = k / 100.0
-        shares = _shares(rows, asks, _per_ask(rows, p, t))
+        shares = _shares(asks, _per_ask(rows, p, t))
         if shares["simple_fast"] < min_fast:
             continue
         if best is None or shares["complex_delegated"] > best[1]:
             best = (t, shares["complex_delegated"], shares)
     if best is None:
         t = 0.01
-        return t, _shares(rows, asks, _per_ask(rows, p, t))
+        return t, _shares(asks, _per_ask(rows, p, t))
     return best[0], best[2]
 
 
-def _folds(rows: Sequence[Row], k: int = 5) -> dict[int, float]:
-    """Out-of-fold probabilities for the labelled rows, folds by ask."""
-    labelled = [i for i, r in enumerate(rows) if r.x is not None and r.label is not None]
-    out: dict[int, float] = {}
+def _out_of_fold(
+    x: Sequence[Sequence[float]],
+    y: Sequence[int],
+    groups: Sequence[int],
+    fit_on: Sequence[bool] | None = None,
+    k: int = 5,
+) -> list[float]:
+    """Each row's probability from a judge fitted, without its group's fold, on the rows
+    ``fit_on`` marks (all by default)."""
+    use = fit_on if fit_on is not None else [True] * len(x)
+    out = [0.0] * len(x)
     for fold in range(k):
-        train = [i for i in labelled if rows[i].ask % k != fold]
-        coef, b = fit_judge([rows[i].x or [] for i in train], [rows[i].label or 0 for i in train])
+        train = [i for i, g in enumerate(groups) if g % k != fold and use[i]]
+        coef, b = fit_judge([x[i] for i in train], [y[i] for i in train])
         model = CalibratedJudge(coef, b, 0.5)
-        for i, r in enumerate(rows):
-            if r.x is not None and r.ask % k == fold:
-                out[i] = model.probability(r.x)
+        for i, g in enumerate(groups):
+            if g % k == fold:
+                out[i] = model.probability(x[i])
     return out
+
+
+def _folds(rows: Sequence[Row], k: int = 5) -> dict[int, float]:
+    """Out-of-fold probabilities for the rows a fast tier answered, folds by ask (fitted
+    on the labelled ones)."""
+    answered = [i for i, r in enumerate(rows) if r.x is not None]
+    p = _out_of_fold(
+        [rows[i].x or [] for i in answered],
+        [rows[i].label or 0 for i in answered],
+        [rows[i].ask for i in answered],
+        [rows[i].label is not None for i in answered],
+        k,
+    )
+    return dict(zip(answered, p, strict=True))
 
 
 def fit(
@@ -259,20 +286,12 @@ async def evaluate(
             idx = [k for k in part if asks[k].kind == kind]
             share = sum(went.get(k, False) for k in idx) / max(1, len(idx))
             block[kind] = {"n": len(idx), "delegated": round(share, 4)}
-        hard = [k for k in part if asks[k].kind != "simple"]
-        simple = [k for k in part if asks[k].kind == "simple"]
-        block["complex_delegated"] = round(
-            sum(went.get(k, False) for k in hard) / max(1, len(hard)), 4
-        )
-        block["simple_fast"] = round(
-            sum(not went.get(k, False) for k in simple) / max(1, len(simple)), 4
-        )
+        block.update({k: round(v, 4) for k, v in _shares(asks, went, part).items()})
         out[lang] = block
     out["simple_top3"] = round(hits / max(1, n_top), 4)
     out["simple_prefixes"] = n_top
     out["over_budget"] = over
-    lat.sort()
-    out["p99_ms"] = round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 3) if lat else 0.0
+    out["p99_ms"] = round(pct(lat, 99), 3)
     if probs:
         out["calibration"] = {
             "n": len(probs),
@@ -312,13 +331,7 @@ def fit_generic(
     probe = CalibratedJudge([0.0] * len(feature_names()), 0.0, 0.5)
     x = [probe.features(a.text)[0] for a in asks]
     y = [int(a.kind == "simple") for a in asks]
-    oof: list[float] = [0.0] * len(asks)
-    for fold in range(5):
-        train = [i for i in range(len(asks)) if i % 5 != fold]
-        coef, b = fit_judge([x[i] for i in train], [y[i] for i in train])
-        model = CalibratedJudge(coef, b, 0.5)
-        for i in range(fold, len(asks), 5):
-            oof[i] = model.probability(x[i])
+    oof = _out_of_fold(x, y, range(len(asks)))
     simple = sorted(oof[i] for i in range(len(asks)) if y[i])
     threshold = simple[int((1.0 - min_fast) * len(simple))] if simple else 0.5
     hard = [oof[i] for i in range(len(asks)) if not y[i]]

@@ -284,13 +284,13 @@ class AutocompleteEngine:
         data = res.data[0] if res.data else {}
         candidates = [Suggestion.from_dict(c) for c in data.get("candidates", [])]
         route, partial = res.route, False
-        placeholder = Suggestion(PLACEHOLDER[lang_of(text)], "complex", "cloud")
         if route == "cache":
             candidates = [Suggestion(c.text, c.intent, "cache") for c in candidates]
         if res.job_id is not None and (route == "silent" or res.trace.partial):
             # the cloud works on the whole ask; what the fast tiers found for its simple
             # part is still shown, before the placeholder
             partial = bool(candidates)
+            placeholder = Suggestion(PLACEHOLDER[lang_of(text)], "complex", "cloud")
             candidates = [*candidates[:4], placeholder]
             route = "cloud_async"
             self._spawn(self._remember(res.job_id, text))
