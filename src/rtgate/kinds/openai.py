@@ -33,6 +33,9 @@ class OpenAISection:
     quality: int = 80
     ttft_p99_ms: float | None = setting(None, gt=0)
     endpoint: str = setting("chat", choices=("chat", "completions"))  # what warm-up calls
+    # connections open at once to this upstream, per worker (each pool: the passthrough's
+    # and the gate's own calls); requests past it wait, within their budgets
+    max_connections: int = setting(64, ge=1)
 
 
 def check(section: OpenAISection) -> None:
@@ -59,6 +62,7 @@ def build(section: OpenAISection, context: BuildContext) -> Built:
         section.model,
         key,
         timeout_s=section.timeout_s,
+        max_connections=section.max_connections,
         endpoint="completions" if section.endpoint == "completions" else "chat",
     )
     tier = LLMTier(
