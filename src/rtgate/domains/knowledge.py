@@ -183,7 +183,7 @@ class KnowledgeBase:
         # a holding answer names only what it is sure of: the whole turn, or a clause, at
         # clause_confidence, and nothing when the turn reads as outside the domain
         topics: list[str] = []
-        outside = verdict is not None and _ood(verdict)
+        outside = self.reads_outside(heard, verdict)
         sure = [intent] if p >= self.clause_confidence else []
         for k in [] if outside else sure + others:
             if k not in topics and (k, lang) in self.entries:
@@ -191,6 +191,16 @@ class KnowledgeBase:
         topics = topics[: self.max_topics]
         return Reply("hold", self.holding_text(lang, topics), True, heard, None, tuple(topics),
                      p, p_right, "; ".join(reasons), fix.applied)  # fmt: skip
+
+    def reads_outside(self, text: str, verdict: Any = None) -> bool:
+        """Whether a held turn reads more as outside the domain than as several asks of
+        it: the judge's scope classifier (simple / multi / ood) puts more on ``ood`` than
+        on ``multi`` (without one: the judge's reasons say out-of-domain)."""
+        scope: IntentRanker | None = getattr(self.judge, "scope", None)
+        if scope is None:
+            return verdict is not None and _ood(verdict)
+        kinds = dict(scope.rank(text))
+        return kinds.get("ood", 0.0) >= kinds.get("multi", 0.0)
 
     def clause_intents(self, text: str) -> list[str]:
         """The intents the clauses of ``text`` (three units or more) are confidently about,
@@ -276,9 +286,9 @@ class KnowledgeBase:
 
 
 def _ood(verdict: Any) -> bool:
-    """The judge's reasons say the turn reads as outside the domain."""
-    why = getattr(verdict, "reasons", ())
-    return any("out-of-domain" in r or "outside the domain" in r for r in why)
+    """The judge's scope classifier reads the turn as outside the domain (the share of
+    words the corpus never uses is no sign alone: callers say much a corpus does not)."""
+    return any("out-of-domain" in r for r in getattr(verdict, "reasons", ()))
 
 
 def read_entries(

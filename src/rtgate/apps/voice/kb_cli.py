@@ -23,7 +23,7 @@ def build_cmd(
     data_dir: Annotated[Path | None, typer.Option(help="domain folder (default: telecom)")] = None,
 ) -> None:
     """Train intent-ngram.npz and scope-ngram.npz on the corpus; fit judge.json and the
-    thresholds on calls-tune.jsonl (out of fold)."""
+    thresholds on calls-tune.jsonl and calls-val.jsonl (out of fold)."""
     from rtgate.apps.voice.kb_eval import build
     from rtgate.domains.loader import TELECOM_DIR
 
@@ -32,7 +32,8 @@ def build_cmd(
     typer.echo(
         f"wrote the classifiers and judge.json: min_confidence {report['min_confidence']}, "
         f"clause_confidence {report['clause_confidence']}, judge threshold "
-        f"{report['threshold']}; out of fold on {report['n_calls']} tuning calls: multi/ood "
+        f"{report['threshold']}; out of fold on {report['n_calls']} tuning calls "
+        f"({report['fitted_on']}): multi/ood "
         f"followed up {oof['multi_ood_followed_up']:.1%}, simple right from the KB "
         f"{oof['simple_right_from_kb']:.1%}, wrong entries {oof['simple_wrong_entry']}, "
         f"ECE {oof['ece']:.3f}"
@@ -42,7 +43,7 @@ def build_cmd(
 @kb_app.command("eval")
 def eval_cmd(
     sets: Annotated[
-        list[str] | None, typer.Option("--set", help="tune, eval (default both)")
+        list[str] | None, typer.Option("--set", help="tune, val, eval (default all)")
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
     corrections: Annotated[bool, typer.Option(help="apply the domain's ASR corrections")] = True,
@@ -50,7 +51,7 @@ def eval_cmd(
     """First answers on the caller transcripts: on topic, followed up, from the KB."""
     from rtgate.apps.voice.kb_eval import CALL_SETS, run_sets, summary
 
-    names = sets or ["tune", "eval"]
+    names = sets or list(CALL_SETS)
     bad = [n for n in names if n not in CALL_SETS]
     if bad:
         raise typer.BadParameter(f"unknown set {bad[0]!r}; one of {', '.join(CALL_SETS)}")

@@ -3,8 +3,9 @@
 Caller transcripts are JSON Lines ``{"text", "lang", "kind", "topic", "asr"?}``: ``kind``
 ``simple`` (``topic`` an intent id), ``multi`` (``topic`` a list of them) or ``ood``
 (``topic`` null); ``asr`` marks a line written with recogniser-like errors. The telecom
-domain ships two sets: ``calls-tune.jsonl`` (thresholds and the judge are fitted on it)
-and ``calls-eval.jsonl`` (written before the domain, never tuned on).
+domain ships three sets: ``calls-tune.jsonl`` and ``calls-val.jsonl`` (thresholds and the
+judge are fitted on them; ``val`` was the first held-out set, measured once before it was
+used) and ``calls-eval.jsonl`` (held out, never tuned on).
 
 :func:`evaluate` runs each line through :meth:`KnowledgeBase.reply` (the decision the
 agent makes) and reports, per set and language: the share of first answers on the
@@ -51,9 +52,24 @@ from rtgate.tiers.answerability import (
 from rtgate.tiers.classifier import IntentClassifier
 from rtgate.tiers.complexity import clauses
 
-__all__ = ["CALL_SETS", "Call", "build", "evaluate", "load_calls", "main", "on_topic", "run_sets"]
+__all__ = [
+    "CALL_SETS",
+    "TUNED_ON",
+    "Call",
+    "build",
+    "evaluate",
+    "load_calls",
+    "main",
+    "on_topic",
+    "run_sets",
+]
 
-CALL_SETS = {"tune": TELECOM_DIR / "calls-tune.jsonl", "eval": TELECOM_DIR / "calls-eval.jsonl"}
+CALL_SETS = {
+    "tune": TELECOM_DIR / "calls-tune.jsonl",
+    "val": TELECOM_DIR / "calls-val.jsonl",
+    "eval": TELECOM_DIR / "calls-eval.jsonl",
+}
+TUNED_ON = ("tune", "val")  # the sets the judge and thresholds are fitted on
 _KINDS = ("simple", "multi", "ood")
 
 
@@ -166,7 +182,7 @@ def _share(flags: Sequence[bool]) -> float | None:
     return round(sum(flags) / len(flags), 4) if flags else None
 
 
-def run_sets(names: Sequence[str] = ("tune", "eval"), *, data_dir: Path = TELECOM_DIR,
+def run_sets(names: Sequence[str] = tuple(CALL_SETS), *, data_dir: Path = TELECOM_DIR,
              corrections: bool = True) -> dict[str, Any]:  # fmt: skip
     """:func:`evaluate` on each named set of the domain (``tune``, ``eval``)."""
     kb = KnowledgeBase.load(data_dir)
@@ -203,10 +219,11 @@ def _decide(r: _Row, p_right: float, min_conf: float, clause_conf: float, th: fl
 
 def build(data_dir: Path = TELECOM_DIR, *, seed: int = 0, k: int = 5) -> dict[str, Any]:
     """Train and write the domain's ``intent-ngram.npz`` and ``scope-ngram.npz``, fit its
-    judge on ``calls-tune.jsonl`` and choose ``min_confidence``, ``clause_confidence`` and
-    the judge's threshold there, out of fold: every multi-part and out-of-domain call
-    followed up if any setting does so, then the most simple calls answered right from an
-    entry, each wrong entry counting twice against. Writes ``judge.json``."""
+    judge on the :data:`TUNED_ON` calls (``calls-tune.jsonl``, ``calls-val.jsonl``) and
+    choose ``min_confidence``, ``clause_confidence`` and the judge's threshold there, out
+    of fold: every multi-part and out-of-domain call followed up if any setting does so,
+    then the most simple calls answered right from an entry, each wrong entry counting
+    twice against. Writes ``judge.json``."""
     clf = train_classifier("ngram", data_dir=data_dir)
     assert isinstance(clf, IntentClassifier)
     clf.save(model_path("ngram", data_dir))
@@ -217,7 +234,8 @@ def build(data_dir: Path = TELECOM_DIR, *, seed: int = 0, k: int = 5) -> dict[st
                             familiarity(clf, data_dir), scope)  # fmt: skip
     kb = KnowledgeBase(entries, {}, clf, corrections=Corrections.from_file(
         data_dir / "corrections.json"))  # fmt: skip
-    calls = load_calls(data_dir / "calls-tune.jsonl", kb.intents)
+    files = [data_dir / f"calls-{name}.jsonl" for name in TUNED_ON]
+    calls = [c for f in files if f.exists() for c in load_calls(f, kb.intents)]
     rows: list[_Row] = []
     for c in calls:
         heard = kb.correct(c.text, c.lang).text
@@ -256,7 +274,7 @@ def build(data_dir: Path = TELECOM_DIR, *, seed: int = 0, k: int = 5) -> dict[st
     coef, b = fit_judge([r.x for r in rows], y)
     n_simple = sum(r.call.kind == "simple" for r in rows)
     report = {
-        "fitted_on": "calls-tune.jsonl",
+        "fitted_on": "+".join(f.name for f in files if f.exists()),
         "seed": seed,
         "n_calls": len(rows),
         "min_confidence": chosen["min_confidence"],
@@ -287,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--set", action="append", choices=sorted(CALL_SETS), dest="sets")
     ap.add_argument("--no-corrections", action="store_true", help="without the ASR corrections")
     args = ap.parse_args(argv)
-    report = run_sets(args.sets or ("tune", "eval"), corrections=not args.no_corrections)
+    report = run_sets(args.sets or tuple(CALL_SETS), corrections=not args.no_corrections)
     summary(report)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -297,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def summary(report: dict[str, Any]) -> None:
     """One line per set and language on stdout."""
-    for name in ("tune", "eval"):
+    for name in CALL_SETS:
         if name not in report:
             continue
         for lang in ("all", "zh", "en"):
