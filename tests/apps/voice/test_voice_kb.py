@@ -17,10 +17,11 @@ from rtgate.apps.voice.agent import (
     fresh_followup,
 )
 from rtgate.apps.voice.frames import AgentTextFrame, EndFrame, Frame, TranscriptFrame
-from rtgate.apps.voice.kb_eval import CALL_SETS, evaluate, load_calls, on_topic
+from rtgate.apps.voice.kb_eval import CALL_SETS, TUNED_ON, evaluate, load_calls, on_topic
 from rtgate.apps.voice.pipeline import Pipeline
 from rtgate.core.budget import Budget
 from rtgate.core.errors import ConfigError
+from rtgate.core.latency import Prior
 from rtgate.core.request import Piece, Request
 from rtgate.domains.knowledge import shipped
 from rtgate.gate import Gate
@@ -120,10 +121,12 @@ def test_without_a_knowledge_base_the_agent_works_as_before() -> None:
 
 
 def test_the_call_sets_load_and_are_disjoint() -> None:
-    tune, held = load_calls(CALL_SETS["tune"]), load_calls(CALL_SETS["eval"])
+    tuned = {c.text for name in TUNED_ON for c in load_calls(CALL_SETS[name])}
+    held = load_calls(CALL_SETS["eval"])
+    assert "eval" not in TUNED_ON
     assert len(held) >= 150 and {c.lang for c in held} == {"zh", "en"}
     assert {c.kind for c in held} == {"simple", "multi", "ood"} and any(c.asr for c in held)
-    assert not {c.text for c in tune} & {c.text for c in held}
+    assert not tuned & {c.text for c in held}
     corpus = (CALL_SETS["eval"].parent / "corpus.jsonl").read_text(encoding="utf-8")
     assert not any(f'"{c.text}"' in corpus for c in held)  # no held-out line was trained on
 
@@ -147,3 +150,28 @@ def test_on_topic_is_the_shipped_knowledge_base_check() -> None:
     assert entry is not None
     assert on_topic(entry.reply, "refund", "en") and not on_topic(entry.reply, "roaming", "en")
     assert on_topic(kb.holding_text("en"), "ood", "en")
+
+
+async def _phrased(line: str) -> tuple[AgentStage, list[Frame]]:
+    down: list[Frame] = []
+    model = FakeTier("local", 50, [line])
+    async with Gate([model], priors={"local": Prior(1.0, 1.0)}) as local:  # warm: in budget
+        agent = AgentStage(Gate([]), local, phrase=True)
+        async with Pipeline([agent], sink=down.append) as p:
+            await p.put(TranscriptFrame(turn=1, text="What time do your stores open?", lang="en",
+                                        until=1.0, final=True))  # fmt: skip
+            await _until(lambda: agent._answer is not None and agent._answer.done())
+            await p.put(EndFrame())
+            await p.wait()
+    return agent, down
+
+
+async def test_the_local_models_phrasing_is_spoken_only_when_it_keeps_the_entry() -> None:
+    good = "Our stores are open 9 a.m. to 9 p.m. daily, weekends too."
+    agent, down = await _phrased(good)
+    assert agent.routes[1] == "kb-phrased" and " ".join(_said(down, "answer")) == good
+    agent, down = await _phrased("The store is closed today.")  # not what the entry says
+    entry = shipped().entry("store_hours", "en")
+    assert entry is not None and agent.routes[1] == "kb"
+    assert " ".join(_said(down, "answer")) == entry.reply
+    assert agent.traces[1]["phrasing_ok"] is False
