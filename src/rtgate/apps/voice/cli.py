@@ -182,3 +182,12 @@ def bench_voice(
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         console.print(f"[dim]wrote {json_out}[/dim]")
+
+
+def _mount_kb() -> None:
+    from rtgate.apps.voice.kb_cli import kb_app
+
+    app.add_typer(kb_app, name="kb")
+
+
+_mount_kb()
