@@ -59,10 +59,19 @@ def _pin(cpu: int | None) -> Any:
     return (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
 
 
-def _rtgate_config(upstream_port: int) -> str:
-    return f"""\
+def _rtgate_config(upstream_port: int, workers: int = 1) -> str:
+    shared = (  # several workers share jobs through the local Redis (rtgate serve's rule)
+        f'[delegation]\nbackend = "redis"\nurl = "redis://127.0.0.1:6379/0"\n'
+        f'prefix = "rtgate-bench-proxy-{os.getpid()}"\n'
+        if workers > 1
+        else ""
+    )
+    return (
+        shared
+        + f"""\
 [server]
 log_level = "warning"
+discover_routers = false
 default_budget_ms = 10000
 max_inflight = 4096
 [gate]
@@ -77,6 +86,7 @@ model = "{MODEL}"
 [resilience]
 cloud_capacity = 4096
 """
+    )
 
 
 @contextmanager
@@ -116,10 +126,35 @@ def _payload(port: int) -> list[bytes]:
     return [head.encode() + body.encode()]
 
 
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its children (``rtgate serve --workers N``)."""
+    total = _cpu_s(pid)
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    return total + sum(_cpu_s(int(k)) for k in kids)
+
+
+def _all_workers_up(url: str, workers: int, timeout_s: float = 120.0) -> None:
+    """Wait until ``workers`` distinct processes have answered ``url`` (``/healthz``)."""
+    pids: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=1.0) as client:
+        while len(pids) < workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(pids)} of {workers} rtgate workers answered")
+            try:
+                # a new connection each time, so the kernel may hand it to another worker
+                pids.add(int(client.get(url, headers={"Connection": "close"}).json()["pid"]))
+            except (httpx.HTTPError, KeyError, ValueError):
+                time.sleep(0.1)
+
+
 def _drive(pid: int, port: int, rate: float, seconds: float, connections: int) -> dict[str, Any]:
     """One open-loop run against the target on ``port``; its figures."""
     warmup_s = min(1.0, seconds / 4)
-    cpu0 = _cpu_s(pid)
+    cpu0 = _tree_cpu_s(pid)
     run = open_loop(
         "127.0.0.1", port, _payload(port), rate, seconds, warmup_s, connections, 10.0, EXPECT
     )
@@ -132,7 +167,7 @@ def _drive(pid: int, port: int, rate: float, seconds: float, connections: int) -
         "p99_ms": round(lat["p99"], 3),
         "achieved_rps": round(r["achieved_rps"], 1),
         "errors": r["error_count"],
-        "cpu_ms_per_request": round((_cpu_s(pid) - cpu0) / sent * 1000.0, 3),
+        "cpu_ms_per_request": round((_tree_cpu_s(pid) - cpu0) / sent * 1000.0, 3),
     }
 
 
@@ -244,8 +279,11 @@ def litellm_command() -> str | None:
     return found if found and importlib.util.find_spec("litellm") is not None else None
 
 
-def _targets(stack: ExitStack, tmp: Path, cpus: tuple[int | None, int | None]) -> dict[str, Any]:
-    """Start the upstream, rtgate and (if installed) LiteLLM; ``{name: (pid, port)}``."""
+def _targets(
+    stack: ExitStack, tmp: Path, cpus: tuple[int | None, int | None], workers: int = 1
+) -> dict[str, Any]:
+    """Start the upstream, rtgate (``workers`` processes: unpinned when more than one) and
+    (if installed) LiteLLM; ``{name: (pid, port)}``."""
     gen_cpu, target_cpu = cpus
     up_port = _free_port()
     up_cmd = [sys.executable, "-m", "rtgate.bench._bare_upstream", str(up_port)]
@@ -253,15 +291,17 @@ def _targets(stack: ExitStack, tmp: Path, cpus: tuple[int | None, int | None]) -
     up_pid = stack.enter_context(_process(up_cmd, gen_cpu, tmp / "upstream.log", up_url))
     out: dict[str, Any] = {"upstream": (up_pid, up_port)}
     cfg = tmp / "rtgate.toml"
-    cfg.write_text(_rtgate_config(up_port), encoding="utf-8")
+    cfg.write_text(_rtgate_config(up_port, workers), encoding="utf-8")
     port = _free_port()
     cmd = [sys.executable, "-m", "rtgate.cli.serve", "serve", "--config", str(cfg)]
-    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
     ready = f"http://127.0.0.1:{port}/healthz"
+    rt_cpu = target_cpu if workers == 1 else None
     out["rtgate"] = (
-        stack.enter_context(_process(cmd, target_cpu, tmp / "rtgate.log", ready)),
+        stack.enter_context(_process(cmd, rt_cpu, tmp / "rtgate.log", ready)),
         port,
     )
+    _all_workers_up(ready, workers)
     litellm = litellm_command()
     if litellm is None:
         out["litellm"] = None
@@ -329,18 +369,20 @@ def run(
     seconds: float = 10.0,
     connections: int = 64,
     stream_requests: int = 200,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Start the servers, drive each at each rate and at capacity; the report."""
     two = (os.cpu_count() or 1) >= 2
     cpus: tuple[int | None, int | None] = (0, 1) if two else (None, None)
     report: dict[str, Any] = {"rates": list(rates), "seconds": seconds, "pinned": two}
     report |= {"connections": connections, "targets": {}, "max_throughput": {}, "streamed": {}}
+    report["rtgate_workers"] = workers
     with tempfile.TemporaryDirectory(prefix="rtgate-bench-proxy-") as tmp, ExitStack() as stack:
         if two:  # the generator shares the upstream's core; this process's affinity after
             before = os.sched_getaffinity(0)
             stack.callback(os.sched_setaffinity, 0, before)
             os.sched_setaffinity(0, {0})
-        for name, started in _targets(stack, Path(tmp), cpus).items():
+        for name, started in _targets(stack, Path(tmp), cpus, workers).items():
             if started is None:
                 report["targets"][name] = (
                     "not installed (the bench-litellm extra, or RTGATE_BENCH_LITELLM)"
@@ -367,10 +409,13 @@ def proxy(
     streams: Annotated[
         int, typer.Option(min=0, help="streamed requests per target (0: none)")
     ] = 200,
+    workers: Annotated[
+        int, typer.Option(min=1, help="rtgate serve --workers (> 1: jobs on the local Redis)")
+    ] = 1,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
 ) -> None:
     """rtgate as a proxy next to the bare upstream and LiteLLM: latency added, capacity."""
-    report = run(rate or RATES, seconds, connections, streams)
+    report = run(rate or RATES, seconds, connections, streams, workers)
     rows = []
     for name, by_rate in report["targets"].items():
         if not isinstance(by_rate, dict):
