@@ -139,7 +139,12 @@ class Waited:
 
 @asynccontextmanager
 async def gateway(
-    tmp_path: Path, *, warmup: bool = False, lane: bool = True, waited_ms: float = 0.0
+    tmp_path: Path,
+    *,
+    warmup: bool = False,
+    lane: bool = True,
+    waited_ms: float = 0.0,
+    tier_settings: str = "",
 ) -> AsyncIterator[tuple[Upstream, openai.AsyncOpenAI, httpx.AsyncClient]]:
     """rtgate in front of a recording upstream; ``lane=False``: without the passthrough
     lane (the routed path answers); ``waited_ms``: every request arrived that long ago."""
@@ -149,7 +154,7 @@ async def gateway(
         toml.write_text(
             "[server]\ndiscover_routers = false\n[local]\nenabled = false\n"
             '[cloud]\nenabled = false\n[tiers.up]\nkind = "openai"\n'
-            f'base_url = "http://127.0.0.1:{port}/v1"\nmodel = "up-model"\n'
+            f'base_url = "http://127.0.0.1:{port}/v1"\nmodel = "up-model"\n{tier_settings}'
         )
         config = load_config(toml, env={})
         stack = [m for m in server_middleware(config) if lane or not _is_lane(m.cls)]
@@ -403,3 +408,21 @@ async def test_passthrough_answers_teach_the_gate_the_upstream_latency(tmp_path:
         _ = [c async for c in stream]
         assert not model.cold and model.ttft.count == 2 and model.total.count == 2
         assert 0 < model.predict_ttft("p50") <= model.predict_total("p99") < 10_000
+
+
+async def test_an_upstream_can_default_to_the_placeholder_and_a_request_overrides_it(
+    tmp_path: Path,
+) -> None:
+    async with gateway(tmp_path, tier_settings='on_timeout = "placeholder"\n') as (up, sdk, _):
+        up.mode = "hang"
+        c = await sdk.chat.completions.create(
+            model="up", messages=MESSAGES, extra_body={"budget_ms": 30}
+        )
+        with pytest.raises(openai.APIStatusError) as err:
+            await sdk.chat.completions.create(
+                model="up",
+                messages=MESSAGES,
+                extra_body={"budget_ms": 30, "rtgate": {"on_timeout": "error"}},
+            )
+    assert (c.model_extra or {})["rtgate"]["placeholder"] is True
+    assert err.value.status_code == 504

@@ -70,6 +70,9 @@ class OpenAICompatBackend(Backend):
         transport: an httpx transport (e.g. ``httpx.MockTransport``) instead of the network.
         endpoint: what warm-up calls: ``"chat"`` (``/chat/completions``) or
             ``"completions"`` (``/completions``, for servers of raw prompts).
+        on_timeout: what a passthrough request for this upstream gets when it cannot be
+            answered in time, unless the request says: ``"error"`` (an OpenAI-shaped
+            504/502/503) or ``"placeholder"`` (the gate's, marked as such).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class OpenAICompatBackend(Backend):
         transport: httpx.AsyncBaseTransport | None = None,
         name: str | None = None,
         endpoint: Endpoint = "chat",
+        on_timeout: str = "error",
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.model = model
@@ -96,6 +100,7 @@ class OpenAICompatBackend(Backend):
         self.connect_timeout_s = connect_timeout_s
         self.timeout_s = timeout_s
         self.endpoint: Endpoint = endpoint
+        self.on_timeout = on_timeout
         self.max_connections = max_connections
         hdrs = {"Accept": "text/event-stream", **(headers or {})}
         if api_key:

@@ -36,6 +36,9 @@ class OpenAISection:
     # connections open at once to this upstream, per worker (each pool: the passthrough's
     # and the gate's own calls); requests past it wait, within their budgets
     max_connections: int = setting(64, ge=1)
+    # a passthrough request that cannot be answered in time, unless it says: an error
+    # (504/502/503) or the gate's placeholder, marked as such
+    on_timeout: str = setting("error", choices=("error", "placeholder"))
 
 
 def check(section: OpenAISection) -> None:
@@ -63,6 +66,7 @@ def build(section: OpenAISection, context: BuildContext) -> Built:
         key,
         timeout_s=section.timeout_s,
         max_connections=section.max_connections,
+        on_timeout=section.on_timeout,
         endpoint="completions" if section.endpoint == "completions" else "chat",
     )
     tier = LLMTier(

@@ -14,7 +14,9 @@ upstream fails, the answer is an OpenAI-shaped error: ``504 upstream_timeout``,
 ``502 upstream_error``, ``503 upstream_unavailable`` (the circuit is open or the upstream
 said 503; with ``Retry-After``). The upstream's ``429`` (with its ``Retry-After``) and
 other 4xx answers are passed through. With ``"rtgate": {"on_timeout": "placeholder"}`` in
-the body, a timeout or failure is answered with the gate's placeholder instead.
+the body (or ``on_timeout = "placeholder"`` in the upstream's tier settings, which a
+request's own choice overrides), a timeout or failure is answered with the gate's
+placeholder instead, marked as such.
 """
 
 from __future__ import annotations
@@ -151,11 +153,13 @@ class _Call:
         return _Failed(504, "upstream_timeout", message, "failure" if late else "neutral", None)
 
 
-def _policy(raw: dict[str, Any]) -> str:
+def _policy(raw: dict[str, Any], default: str) -> str:
+    """The request's ``rtgate.on_timeout``, else the upstream's (``on_timeout`` in its
+    tier's settings: ``error`` unless configured)."""
     opts = raw.get("rtgate")
     if opts is None:
-        return "error"
-    on_timeout = opts.get("on_timeout", "error") if isinstance(opts, dict) else None
+        return default
+    on_timeout = opts.get("on_timeout", default) if isinstance(opts, dict) else None
     if on_timeout not in _ON_TIMEOUT:
         raise ApiError(
             400, "invalid_request", "rtgate.on_timeout must be 'error' or 'placeholder'", "rtgate"
@@ -198,7 +202,7 @@ def prepare(
     """Check ``raw`` (the client's JSON body) for rtgate's own rules (``rtgate.on_timeout``,
     the ``max_tokens`` caps) and encode what goes upstream: the body as sent, less rtgate's
     fields, with the upstream's ``model``. Raises ``ApiError`` or ``KeyLimitExceeded``."""
-    policy = _policy(raw)
+    policy = _policy(raw, up.backend.on_timeout)
     _limit_tokens(st, raw, key)
     body = {k: v for k, v in raw.items() if k not in _OWN_FIELDS}
     body["model"] = up.backend.model
