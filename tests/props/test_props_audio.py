@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -106,3 +107,14 @@ def test_pcm_reader_is_invariant_to_short_reads(
     assert np.isfinite(a).all()
     if rate == 16000:  # no resampling: plain s16 scaling stays in [-1, 1)
         assert np.all(np.abs(a) <= 1.0)
+
+
+def test_a_float64_sample_past_float32s_range_is_refused_not_a_warning(tmp_path: Path) -> None:
+    data = struct.pack("<d", 1e300)
+    fmt = struct.pack("<HHIIHH", 3, 1, 16000, 16000 * 8, 8, 64)
+    riff = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+    riff += b"data" + struct.pack("<I", len(data)) + data
+    path = tmp_path / "big.wav"
+    path.write_bytes(b"RIFF" + struct.pack("<I", len(riff)) + riff)
+    with pytest.raises(InvalidRequest, match="NaN or infinity"):
+        read_wav(path)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 import pytest
 
@@ -8,7 +10,7 @@ from rtgate.core.errors import Declined, InvalidRequest
 from rtgate.core.request import Piece, Request
 from rtgate.models.embeddings import Embedder
 from rtgate.tiers.cache import CacheTier, ExactCache, SemanticCache
-from rtgate.tiers.cache_store import CacheEntry, InMemoryStore
+from rtgate.tiers.cache_store import CacheEntry, CacheStore, InMemoryStore
 
 
 class FakeClock:
@@ -178,3 +180,37 @@ def test_embedder_is_normalised_and_remembers(embedder: Embedder) -> None:
     assert both.shape == (2, 384) and np.array_equal(both[0], a)
     with pytest.raises(ValueError):
         a[0] = 1.0  # cached vectors are read-only
+
+
+async def test_an_exact_in_memory_cache_is_instant_and_answers_as_its_stream() -> None:
+    tier = CacheTier(ExactCache())
+    assert tier.instant
+    await tier.put("What are your HOURS?", "9 to 5", {"intent": "hours"})
+    hit = tier.answer_now(Request("what are your hours"))
+    streamed = [p async for p in tier.stream(Request("what are your hours"), Budget(100))]
+    assert streamed == [hit] and hit.text == "9 to 5"
+    assert hit.data is not None and hit.data["cache"]["kind"] == "exact"
+    with pytest.raises(Declined):
+        tier.answer_now(Request("something else"))
+
+
+class _Remote(CacheStore):
+    """A store somewhere else (as Redis is): its reads must be awaited."""
+
+    async def get(self, key: str) -> CacheEntry | None:
+        return None
+
+    async def put(self, entry: CacheEntry) -> None:
+        return None
+
+    async def nearest(self, vector: Any, k: int = 4) -> list[tuple[float, CacheEntry]]:
+        return []
+
+
+def test_a_semantic_or_shared_cache_is_not_instant() -> None:
+    semantic = SemanticCache(cast(Embedder, object()))  # never asked to embed here
+    assert not CacheTier(ExactCache(), semantic).instant
+    shared = CacheTier(ExactCache(store=_Remote()))
+    assert not shared.instant
+    with pytest.raises(NotImplementedError):
+        shared.answer_now(Request("x"))

@@ -5,7 +5,8 @@
   answered by the real template tier.
 
 The gate in the benchmark is a realistic chain: an emulated 70B cloud tier (skipped on its
-predicted p99 within a 150 ms budget), a cache that misses, then the template tier.
+predicted p99 within a 150 ms budget), the exact in-memory cache, which misses, then the
+template tier.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rtgate.core.latency import Prior
 from rtgate.core.request import Request
 from rtgate.gate import Gate
 from rtgate.tiers.base import Tier
+from rtgate.tiers.cache import CacheTier, ExactCache
 from rtgate.tiers.emulated import CLOUD_70B, EmulatedLatency
 from rtgate.tiers.fake import FakeTier
 
@@ -70,9 +72,10 @@ def _template_tier() -> tuple[Tier, list[str]]:
 
 
 def _gate(template: Tier) -> Gate:
-    # the cloud is skipped on its prediction (never run: delegate=False), the cache misses
+    # the cloud is skipped on its prediction (never run: delegate=False); the cache, the
+    # real exact in-memory one (`[cache]`'s default store), is empty: it misses
     cloud = EmulatedLatency(FakeTier("cloud-inner", 80), CLOUD_70B, name="cloud", delegable=True)
-    declines = FakeTier("cache", 95, decline=True)
+    declines = CacheTier(ExactCache(), name="cache", quality=95)
     return Gate(
         [cloud, declines, template],
         priors={"cache": Prior(0.05, 0.05), template.name: Prior(0.1, 0.1)},

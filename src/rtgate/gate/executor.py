@@ -47,16 +47,15 @@ class Executor:
         """Try ``tier`` (racing ``hedge`` past its p90, when given) with ``cutoff`` as the
         loop time its first piece must come by. Yields the answer's pieces and sets
         ``run.answered``; yields nothing if the tier declined, failed or was too late."""
+        if tier.instant and hedge is None:
+            event = self.instant(run, tier, predicted)
+            if event is not None:
+                yield event
+            return
         clock, t0 = run.budget.clock, run.budget.start
         started = clock()
         att = Attempt(tier.name, "declined", predicted, (started - t0) * 1000.0)
         run.trace.attempts.append(att)
-        if tier.instant and hedge is None:
-            event = self._instant(run, tier, att, started)
-            if event is not None:
-                yield event
-            self.metrics.attempt(tier.name, att.outcome)
-            return
         agen: Stream = tier.stream(run.request, run.tier_budget)
         first: Piece | None = None
         try:
@@ -102,18 +101,26 @@ class Executor:
                     yield TokenEvent(p.text, p.data, t)
         self.metrics.attempt(tier.name, att.outcome)
 
-    def _instant(self, run: Run, tier: Tier, att: Attempt, started: float) -> TokenEvent | None:
-        """An instant tier's answer (:attr:`Tier.instant`): one call, no task or timer."""
+    def instant(self, run: Run, tier: Tier, predicted: float) -> TokenEvent | None:
+        """An instant tier's answer (:attr:`Tier.instant`): one call, no task, timer or
+        generator; ``None`` when it declined or failed (the trace says which)."""
+        clock, t0 = run.budget.clock, run.budget.start
+        started = clock()
+        att = Attempt(tier.name, "declined", predicted, (started - t0) * 1000.0)
+        run.trace.attempts.append(att)
         try:
             piece = tier.answer_now(run.request)
         except Declined as e:
             att.detail = str(e)
+            att.ended_ms = att.started_ms
+            self.metrics.attempt(tier.name, "declined")
             return None
         except Exception as e:  # a failing tier must not fail the request
             att.outcome, att.detail = "error", error_detail(e)
+            att.ended_ms = att.started_ms
+            self.metrics.attempt(tier.name, "error")
             return None
-        t0 = run.budget.start
-        now = run.budget.clock()
+        now = clock()
         t_ms = (now - t0) * 1000.0
         att.first_ms = att.ended_ms = t_ms
         att.outcome = "answered"
@@ -122,6 +129,7 @@ class Executor:
         run.times.append(t_ms)
         took = (now - started) * 1000.0
         self.choice.lineup.models[tier.name].observe(took, took)
+        self.metrics.attempt(tier.name, "answered")
         return TokenEvent(piece.text, piece.data, t_ms)
 
     async def _first(self, agen: Stream, cutoff: float, predicted: float) -> Piece:

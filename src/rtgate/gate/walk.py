@@ -72,6 +72,16 @@ class Walk:
             elif predicted > room:
                 self._skip(run, tier, predicted, room)
                 continue
+            elif tier.instant:  # a lookup: called in place, nothing to cut off or hedge
+                event = self.executor.instant(run, tier, predicted)
+                if event is None:
+                    continue
+                if judging:
+                    judging = False
+                    if self._distrusted(run):
+                        return  # the placeholder policy: nothing of this answer is shown
+                yield event
+                return
             else:
                 # the next tier needs its p99, its own safety margin and slack for jitter
                 reserve_ms, reserved = choice.reserve(index, room, scope)

@@ -64,6 +64,12 @@ class ExactCache:
         key = normalize(query)
         return await self.store.get(key) if key else None
 
+    def get_now(self, query: str) -> CacheEntry | None:
+        """:meth:`get` without awaiting; only for an :class:`InMemoryStore`."""
+        assert isinstance(self.store, InMemoryStore)
+        key = normalize(query)
+        return self.store.get_now(key) if key else None
+
     async def put(self, query: str, text: str, data: Mapping[str, Any] | None = None) -> None:
         key = normalize(query)
         if key:
@@ -157,6 +163,8 @@ class CacheTier(Tier):
         self.quality = quality
         ms = semantic_min_ms if semantic is not None else 1.0
         self.latency_prior = Prior(ms, ms)
+        # exact and in memory: a dict lookup, which the gate calls in place (answer_now)
+        self.instant = semantic is None and isinstance(exact and exact.store, InMemoryStore)
 
     async def lookup(self, query: str, budget: Budget | None = None) -> Piece | None:
         """The cached answer for ``query`` as a piece, or ``None``."""
@@ -180,6 +188,14 @@ class CacheTier(Tier):
             await self.exact.put(query, text, data)
         if self.semantic is not None:
             await self.semantic.put(query, text, data)
+
+    def answer_now(self, request: Request) -> Piece:
+        if not self.instant or self.exact is None:
+            raise NotImplementedError(f"{self.name}: not an in-memory exact cache")
+        entry = self.exact.get_now(request.input)
+        if entry is None:
+            raise Declined(f"{self.name}: not cached")
+        return self._piece(entry, "exact", 1.0)
 
     async def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
         piece = await self.lookup(request.input, budget)

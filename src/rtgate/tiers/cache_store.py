@@ -94,6 +94,10 @@ class InMemoryStore(CacheStore):
         return len(self._items)
 
     async def get(self, key: str) -> CacheEntry | None:
+        return self.get_now(key)
+
+    def get_now(self, key: str) -> CacheEntry | None:
+        """:meth:`get` without awaiting (the store is in memory)."""
         item = self._items.get(key)
         if item is None:
             return None

@@ -91,7 +91,8 @@ def _format(fmt: bytes, name: str) -> tuple[int, int, int, int, int]:
 
 def _decode(raw: bytes, info: WavInfo) -> F32:
     if info.is_float:
-        x = np.frombuffer(raw, dtype="<f4" if info.bits == 32 else "<f8").astype(np.float32)
+        with np.errstate(over="ignore"):  # a float64 past float32's range: inf, refused later
+            x = np.frombuffer(raw, dtype="<f4" if info.bits == 32 else "<f8").astype(np.float32)
     elif info.bits == 8:
         x = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
     elif info.bits == 24:
