@@ -477,6 +477,10 @@ def train(
     clips: Annotated[int | None, typer.Option(help="simulated training clips")] = None,
     epochs: Annotated[int | None, typer.Option(help="passes over the data")] = None,
     data: Annotated[Path | None, typer.Option(help="also train on a DCASE/MIMII folder")] = None,
+    wide: Annotated[
+        int | None,
+        typer.Option(help="also this many clips of the randomised physics (held-out families)"),
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
 ) -> None:
     """Train the detector (reproducible), export ONNX, evaluate on unseen motors.
@@ -493,6 +497,7 @@ def train(
         n_clips=cfg.n_clips if clips is None else clips,
         epochs=cfg.epochs if epochs is None else epochs,
         data_dir=str(data) if data is not None else None,
+        wide_clips=cfg.wide_clips if wide is None else wide,
     )
     try:
         report = do_train(cfg, out, log=lambda s: console.print(s))
