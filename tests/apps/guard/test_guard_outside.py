@@ -132,3 +132,23 @@ def test_evaluate_refuses_unknown_sets_and_a_baseline_on_the_unseen_set() -> Non
     assert res.exit_code == 2 and "unseen or outside" in res.output
     res = runner.invoke(app, ["evaluate", "--set", "unseen", "--baseline", "dcase2020"])
     assert res.exit_code == 2 and "--set outside" in res.output
+
+
+def test_a_drive_running_up_brings_the_defect_impacts_closer() -> None:
+    from rtgate.apps.guard.simulate import _fault
+
+    m = replace(
+        draw_wide(np.random.default_rng(2)),
+        shaft_hz=10.0,
+        ramp=1.0,
+        bearing_res_hz=(4000.0,),
+        damping=0.1,
+    )
+    t = np.arange(10 * RATE) / RATE
+    x = np.abs(_fault(m, "outer", np.random.default_rng(0), t, 0.0))
+    hits = np.flatnonzero((x[1:] > 0.3) & (x[:-1] <= 0.3)) / RATE
+    hits = hits[np.diff(hits, prepend=-1.0) > 0.005]  # one per impact
+    first, last = np.sum(hits < 2.0), np.sum(hits >= 8.0)
+    rate = m.bearing.bpfo(10.0)
+    assert first == pytest.approx(2 * rate, rel=0.1)
+    assert last == pytest.approx(2 * 2 * rate, rel=0.1)

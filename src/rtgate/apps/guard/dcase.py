@@ -20,6 +20,7 @@ Needs the ``train`` extra (torch); the stop path never imports it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -74,7 +75,7 @@ def _network() -> Any:
         return [nn.Linear(i, o), nn.BatchNorm1d(o), nn.ReLU()]
 
     dims = [N_MELS * FRAMES, 128, 128, 128, 128, 8, 128, 128, 128, 128]
-    layers = [m for a, b in zip(dims[:-1], dims[1:], strict=True) for m in block(a, b)]
+    layers = [m for a, b in itertools.pairwise(dims) for m in block(a, b)]
     return nn.Sequential(*layers, nn.Linear(128, N_MELS * FRAMES))
 
 
@@ -95,7 +96,7 @@ class Dcase2020:
 
         torch.manual_seed(self.cfg.seed)
         torch.set_num_threads(self.cfg.threads)
-        n_val = max(1, int(round(len(clips) * self.cfg.validation)))
+        n_val = max(1, round(len(clips) * self.cfg.validation))
         train = np.concatenate([logmel_vectors(c) for c in clips[:-n_val]])
         val_clips = clips[-n_val:]
         val = np.concatenate([logmel_vectors(c) for c in val_clips])
@@ -113,7 +114,7 @@ class Dcase2020:
                     continue
                 loss = torch.mean((net(x) - x) ** 2)
                 opt.zero_grad()
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
                 opt.step()
                 total += float(loss.detach()) * len(x)
             net.eval()

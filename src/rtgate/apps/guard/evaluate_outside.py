@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from rtgate.apps.guard.baseline import Enrolment
 from rtgate.apps.guard.evaluate import roc_auc
 from rtgate.apps.guard.evaluate_enrolment import _enrol_all, _features, _Fleet, _metrics, _run
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
@@ -110,7 +111,7 @@ def evaluate_outside(
         "fault_rms_db": [-22.0, -6.0],
         "refused_by_enroll": sum(1 for e in accepted if e is None),
     }
-    ways = {
+    ways: dict[str, list[Enrolment | None]] = {
         "general": [None] * n_stations,
         "enrolled": accepted,
         "enrolled_accepting_stops": list(fitted),

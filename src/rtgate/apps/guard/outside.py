@@ -159,7 +159,9 @@ def draw_machine(rng: np.random.Generator, family: Family) -> Machine:
     """A random machine of ``family`` (every parameter in its outside range)."""
     part = {k: v[1] for k, v in PARTITION.items()}
     extra = tuple(b for b in family.backgrounds[1:] if rng.random() < 0.5)
-    ramp = float(rng.choice([-1, 1]) * rng.uniform(0.1, 0.3)) if rng.random() < family.drive else 0.0
+    ramp = (
+        float(rng.choice([-1, 1]) * rng.uniform(0.1, 0.3)) if rng.random() < family.drive else 0.0
+    )
     return Machine(
         family=family.name,
         shaft_hz=_pick(rng, family.shaft_hz),
@@ -199,14 +201,18 @@ def _band(rng: np.random.Generator, n: int, lo: float, hi: float) -> F64:
     return _unit(np.fft.irfft(spec, n))
 
 
-def _ring(modes: tuple[float, ...], damping: float, seconds: float, rng: np.random.Generator) -> F64:
+def _ring(
+    modes: tuple[float, ...], damping: float, seconds: float, rng: np.random.Generator
+) -> F64:
     """The impulse response of a structure's modes, unit peak."""
     t = np.arange(int(seconds * RATE)) / RATE
     h = np.zeros_like(t)
     for f in modes:
         phase = rng.uniform(0, np.pi)
-        h += rng.uniform(0.5, 1.0) * np.exp(-2 * np.pi * damping * f * t) * np.sin(
-            2 * np.pi * f * t + phase
+        h += (
+            rng.uniform(0.5, 1.0)
+            * np.exp(-2 * np.pi * damping * f * t)
+            * np.sin(2 * np.pi * f * t + phase)
         )
     out: F64 = h / (np.max(np.abs(h)) + 1e-12)
     return out
@@ -232,7 +238,11 @@ def _machine_sound(m: Machine, fr: F64, rng: np.random.Generator) -> F64:
     phase = 2 * np.pi * np.cumsum(fr) / RATE  # shaft angle
     x = np.zeros(n)
     for k in range(1, 7):  # unbalance, misalignment (2x strong), looseness
-        x += rng.uniform(0.1, 1.0) * (0.7 if k == 2 else 0.5) ** k * np.sin(k * phase + rng.uniform(0, 6.3))
+        x += (
+            rng.uniform(0.1, 1.0)
+            * (0.7 if k == 2 else 0.5) ** k
+            * np.sin(k * phase + rng.uniform(0, 6.3))
+        )
     for k in range(1, 5):  # hum at twice the line
         x += rng.uniform(0.05, 0.4) * 0.6**k * np.sin(2 * np.pi * 2 * k * m.line_hz * t)
     slot = np.sin(m.rotor_slots * phase) * (1 + 0.4 * np.sin(2 * np.pi * 2 * m.line_hz * t))
@@ -276,7 +286,9 @@ def _babble(rng: np.random.Generator, n: int) -> F64:
     win = np.hanning(frame)
     f = np.fft.rfftfreq(frame, 1 / RATE)
     for _ in range(int(rng.integers(2, 5))):
-        f0 = rng.uniform(85, 260) * (1 + 0.12 * np.sin(2 * np.pi * rng.uniform(0.2, 0.7) * np.arange(n) / RATE))
+        f0 = rng.uniform(85, 260) * (
+            1 + 0.12 * np.sin(2 * np.pi * rng.uniform(0.2, 0.7) * np.arange(n) / RATE)
+        )
         pulses = np.diff(np.floor(np.cumsum(f0) / RATE), prepend=0.0)
         src = _fftconv(pulses, np.exp(-np.arange(60) / 12.0)) + 0.05 * rng.standard_normal(n)
         voice = np.zeros(n)

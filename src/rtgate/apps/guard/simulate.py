@@ -33,8 +33,8 @@ __all__ = [
     "BEARINGS",
     "FAULTS",
     "HELD_OUT",
-    "WIDE_FAMILIES",
     "RATE",
+    "WIDE_FAMILIES",
     "Bearing",
     "Clip",
     "Motor",
@@ -423,11 +423,14 @@ def _reciprocating(rng: np.random.Generator, t: F64) -> F64:
 
 def _electric_forklift(rng: np.random.Generator, t: F64) -> F64:
     """An electric forklift: drive-motor whine sweeping as it speeds up, tyres, a beeper."""
-    f = rng.uniform(800, 1500) * (1 + 0.8 * (0.5 + 0.5 * np.sin(2 * np.pi * rng.uniform(0.05, 0.3) * t)))
+    f = rng.uniform(800, 1500) * (
+        1 + 0.8 * (0.5 + 0.5 * np.sin(2 * np.pi * rng.uniform(0.05, 0.3) * t))
+    )
     whine = np.sin(2 * np.pi * np.cumsum(f) / RATE)
     beep_on = np.sin(2 * np.pi * rng.uniform(1.0, 2.5) * t) > 0.2
     beep = np.sin(2 * np.pi * rng.uniform(900, 1300) * t) * beep_on * (rng.random() < 0.6)
-    return 0.5 * whine + _shaped_noise(rng, len(t), 30, 600, -1.0) + beep
+    out: F64 = 0.5 * whine + _shaped_noise(rng, len(t), 30, 600, -1.0) + beep
+    return out
 
 
 def _conveyor(rng: np.random.Generator, t: F64) -> F64:

@@ -253,9 +253,7 @@ def _fit(cfg: TrainConfig, data: _Data, log: Any) -> Any:
     return net.eval()
 
 
-def held_out(
-    model: str | Path | None, n_clips: int, seed: int, seconds: float
-) -> dict[str, Any]:
+def held_out(model: str | Path | None, n_clips: int, seed: int, seconds: float) -> dict[str, Any]:
     """The detector on clips of each held-out family of the randomised physics (whole
     families no training clip came from), family by family."""
     out = {}
