@@ -6,7 +6,9 @@ every parameter from ranges disjoint from those the training simulator draws fro
 (:data:`PARTITION`, checked by a test), with a fixed seed (:data:`SEED`):
 
 - shaft speeds between the training bands (9-13.5 and 66.5-76 Hz), some driven by a
-  variable-speed drive that runs up or down during the clip;
+  variable-speed drive that runs up or down during the clip (by 10-30 %: while it does, the
+  speed passes through the training bands above, up to 17.6 and 98.8 Hz; the set was fixed
+  before this was noticed and is left as it is);
 - supply lines of 25 or 400 Hz (hum at twice the line and its harmonics);
 - bearings of other geometries (:data:`BEARINGS`), housing resonances below 2 kHz or above
   6.5 kHz, damping lighter or heavier than trained, a microphone path with reflections;
