@@ -56,6 +56,11 @@ def _dcase(
     from rtgate.apps.guard.dcase import Dcase2020, DcaseConfig
     from rtgate.apps.guard.simulate import make_set
 
+    try:
+        import torch  # noqa: F401  (the baseline trains with it)
+    except ImportError:
+        raise InvalidRequest("--baseline dcase2020 needs torch (the train extra)") from None
+
     healthy = [c.audio for c in make_set(n_clips, "train", seed=0, seconds=8.0) if c.fault is None]
     model = Dcase2020(DcaseConfig(epochs=epochs))
     model.fit(healthy, log=log)
