@@ -29,14 +29,19 @@ import numpy.typing as npt
 from rtgate.core.errors import InvalidRequest
 
 __all__ = [
+    "BACKGROUNDS",
     "BEARINGS",
     "FAULTS",
+    "HELD_OUT",
     "RATE",
+    "WIDE_FAMILIES",
     "Bearing",
     "Clip",
     "Motor",
     "Population",
+    "WideFamily",
     "draw_motor",
+    "draw_wide",
     "make_clip",
     "make_set",
 ]
@@ -44,7 +49,7 @@ __all__ = [
 RATE = 16_000
 Fault = Literal["outer", "inner", "ball"]
 FAULTS: tuple[Fault, ...] = ("outer", "inner", "ball")
-Population = Literal["train", "unseen"]
+Population = Literal["train", "unseen", "wide"]
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 
@@ -116,6 +121,42 @@ SPEEDS: dict[Population, tuple[tuple[float, float], ...]] = {
 
 
 @dataclass(frozen=True, slots=True)
+class WideFamily:
+    """A family of the randomised training physics: a speed band, its own bearings, the
+    noises around it. Whole families are held out for validation (:data:`HELD_OUT`)."""
+
+    name: str
+    shaft_hz: tuple[float, float]
+    bearings: tuple[Bearing, ...]
+    backgrounds: tuple[str, ...]
+
+
+# Bearings of no other population; speeds, resonances and everything else drawn inside the
+# training side of ``outside.PARTITION`` (never the unseen or outside ranges).
+WIDE_FAMILIES: tuple[WideFamily, ...] = (
+    WideFamily("W1 3-9 Hz", (3.0, 9.0),
+               (Bearing("6000", 7, 4.76, 18.0), Bearing("6211", 10, 14.29, 77.5)),
+               ("conveyor", "electric forklift", "hum")),
+    WideFamily("W2 14-20 Hz", (14.0, 20.0),
+               (Bearing("6200", 7, 4.76, 20.0), Bearing("6308", 8, 15.08, 65.0)),
+               ("talk", "fan", "hiss")),
+    WideFamily("W3 27-35 Hz", (27.0, 35.0),
+               (Bearing("6202", 8, 5.95, 25.0), Bearing("6209", 9, 12.7, 65.0)),
+               ("reciprocating compressor", "talk", "impacts")),
+    WideFamily("W4 44-52 Hz", (44.0, 52.0),
+               (Bearing("6201", 7, 5.95, 22.0), Bearing("7204", 12, 7.94, 33.5, 25.0)),
+               ("electric forklift", "hum", "talk")),
+    WideFamily("W5 60-66 Hz", (60.0, 66.0),
+               (Bearing("6304", 7, 9.53, 35.0), Bearing("6018", 16, 14.29, 115.0)),
+               ("conveyor", "reciprocating compressor", "fan")),
+    WideFamily("W6 76-90 Hz", (76.0, 90.0),
+               (Bearing("7307", 12, 14.29, 57.5, 40.0), Bearing("NU205", 12, 7.0, 38.5)),
+               ("talk", "electric forklift", "impacts")),
+)  # fmt: skip
+HELD_OUT: tuple[str, ...] = ("W3 27-35 Hz", "W6 76-90 Hz")  # validation only, never trained
+
+
+@dataclass(frozen=True, slots=True)
 class Motor:
     """One machine: speed, supply, bearing, fan, structure and microphone level."""
 
@@ -129,6 +170,12 @@ class Motor:
     level_dbfs: float  # RMS of the whole clip
     noise_db: float  # broadband + factory noise relative to the machine's own sound
     seed: int
+    # the randomised ("wide") physics only; the defaults are the train / unseen motors
+    family: str = ""
+    ramp: float = 0.0  # relative speed change over the clip (a drive running up or down)
+    backgrounds: tuple[str, ...] = ()  # extra noises (see BACKGROUNDS)
+    background_db: float = 0.0  # their level relative to the machine's sound
+    slot_gain: float = 0.0  # rotor-slot whine amplitude (0: the population's own draw)
 
     @property
     def rpm(self) -> float:
@@ -158,8 +205,10 @@ class Clip:
 
 def draw_motor(rng: np.random.Generator, population: Population = "train") -> Motor:
     """A random motor from ``population``."""
+    if population == "wide":
+        return draw_wide(rng)
     if population not in SPEEDS:
-        raise InvalidRequest(f"population must be 'train' or 'unseen', got {population!r}")
+        raise InvalidRequest(f"population must be 'train', 'unseen' or 'wide', got {population!r}")
     bands = SPEEDS[population]
     lo, hi = bands[int(rng.integers(len(bands)))]
     base = BEARINGS[population][int(rng.integers(len(BEARINGS[population])))]
@@ -177,6 +226,47 @@ def draw_motor(rng: np.random.Generator, population: Population = "train") -> Mo
         level_dbfs=float(rng.uniform(-38, -14)),
         noise_db=float(rng.uniform(-12, 3)),
         seed=int(rng.integers(2**31)),
+    )
+
+
+def _either(rng: np.random.Generator, *bands: tuple[float, float]) -> float:
+    widths = np.array([hi - lo for lo, hi in bands])
+    lo, hi = bands[int(rng.choice(len(bands), p=widths / widths.sum()))]
+    return float(rng.uniform(lo, hi))
+
+
+def draw_wide(rng: np.random.Generator, families: tuple[str, ...] | None = None) -> Motor:
+    """A motor of the randomised training physics, from one of ``families`` (default:
+    every family but the held-out ones)."""
+    names = families or tuple(f.name for f in WIDE_FAMILIES if f.name not in HELD_OUT)
+    pool = [f for f in WIDE_FAMILIES if f.name in names]
+    if not pool:
+        raise InvalidRequest(f"no such family: {names}")
+    fam = pool[int(rng.integers(len(pool)))]
+    lo, hi = fam.shaft_hz
+    start, end = (float(v) for v in rng.uniform(lo, hi, 2))
+    drive = rng.random() < 0.4  # a variable-speed drive running up or down in the clip
+    base = fam.bearings[int(rng.integers(len(fam.bearings)))]
+    bearing = replace(base, ball_mm=base.ball_mm * float(rng.uniform(0.97, 1.03)))
+    n_bg = int(rng.integers(0, 3))
+    bgs = tuple(str(b) for b in rng.choice(fam.backgrounds, n_bg, replace=False))
+    n_res = int(rng.integers(1, 4))
+    return Motor(
+        shaft_hz=start,
+        line_hz=float(rng.choice([50.0, 60.0])),
+        bearing=bearing,
+        fan_blades=int(rng.integers(3, 17)),
+        rotor_slots=int(rng.integers(16, 46)),
+        bearing_res_hz=tuple(_either(rng, (1100, 1500), (1900, 6600)) for _ in range(n_res)),
+        damping=float(rng.uniform(0.022, 0.13)),
+        level_dbfs=float(rng.uniform(-40, -13)),
+        noise_db=float(rng.uniform(-14, 5)),
+        seed=int(rng.integers(2**31)),
+        family=fam.name,
+        ramp=end / start - 1.0 if drive else 0.0,
+        backgrounds=bgs,
+        background_db=float(rng.uniform(-12, 4)),
+        slot_gain=float(rng.uniform(0.02, 0.5)),
     )
 
 
@@ -215,7 +305,10 @@ def _machine(m: Motor, rng: np.random.Generator, t: F64, wander: F64) -> F64:
         x += rng.uniform(0.2, 1.0) * 0.6**k * _tone(t, k * fr, wander, rng.uniform(0, 6.3))
     for k in range(1, 6):  # magnetostriction hum at 2x supply (not speed-locked)
         x += rng.uniform(0.05, 0.5) * 0.5**k * np.sin(2 * np.pi * 2 * k * m.line_hz * t)
-    x += rng.uniform(0.02, 0.15) * _tone(t, m.rotor_slots * fr, wander, rng.uniform(0, 6.3))
+    slot = rng.uniform(0.02, 0.15) * _tone(t, m.rotor_slots * fr, wander, rng.uniform(0, 6.3))
+    if m.slot_gain:  # the wide physics: louder whine, with sidebands at twice the line
+        slot *= m.slot_gain / 0.15 * (1 + 0.3 * np.sin(2 * np.pi * 2 * m.line_hz * t))
+    x += slot
     for k in range(1, 4):  # fan blade pass
         x += rng.uniform(0.05, 0.4) * 0.5**k * _tone(t, k * m.fan_blades * fr, wander, 0.0)
     turb = _shaped_noise(rng, len(t), 200, rng.uniform(1500, 4000), -1.0)
@@ -265,8 +358,12 @@ def _fault(m: Motor, fault: Fault, rng: np.random.Generator, t: F64, onset_s: fl
     fr = m.shaft_hz
     rate = m.bearing.defect_hz(fault, fr)
     slip = rng.uniform(0.005, 0.02)
-    periods = (1 / rate) * (1 + slip * rng.standard_normal(int(t[-1] * rate) + 8))
+    top = rate * (1 + max(m.ramp, 0.0))  # the fastest the impacts come
+    periods = (1 / rate) * (1 + slip * rng.standard_normal(int(t[-1] * top) + 8))
     times = onset_s + np.concatenate([[rng.uniform(0, 1 / rate)], periods]).cumsum()
+    if m.ramp:  # evenly spaced in shaft turns, not in time: follow the drive's speed
+        clock = np.cumsum(_profile(m.ramp, n)) / RATE  # turns / nominal rate, per sample
+        times = np.interp(np.interp(onset_s, t, clock) + (times - onset_s), clock, t)
     times = times[times < t[-1]]
     amp = rng.uniform(0.85, 1.15, len(times))
     if fault == "inner":  # the defect enters the load zone once per shaft turn
@@ -281,6 +378,103 @@ def _fault(m: Motor, fault: Fault, rng: np.random.Generator, t: F64, onset_s: fl
     np.add.at(train, (times * RATE).astype(np.int64), amp)
     h = _burst(m.bearing_res_hz, m.damping, int(0.02 * RATE), rng)
     return np.convolve(train, h)[:n]
+
+
+def _profile(ramp: float, n: int) -> F64:
+    """Relative shaft speed per sample of a drive changing speed by ``ramp`` (smoothly,
+    between 20 % and 80 % of the clip)."""
+    u = np.clip((np.arange(n) / max(n, 1) - 0.2) / 0.6, 0.0, 1.0)
+    out: F64 = 1.0 + ramp * (3 * u**2 - 2 * u**3)
+    return out
+
+
+def _unit(x: F64) -> F64:
+    out: F64 = x / (np.std(x) + 1e-12)
+    return out
+
+
+def _talk(rng: np.random.Generator, t: F64) -> F64:
+    """People talking nearby: a buzz (sawtooth at a voice pitch) exciting voice-band noise,
+    in syllables and pauses."""
+    n = len(t)
+    x = np.zeros(n)
+    for _ in range(int(rng.integers(1, 5))):
+        f0 = _either(rng, (60.0, 85.0), (260.0, 380.0))
+        f0t = f0 * (1 + 0.1 * np.sin(2 * np.pi * rng.uniform(0.3, 1.0) * t + rng.uniform(0, 6)))
+        saw = (np.cumsum(f0t) / RATE) % 1.0
+        voiced = _shaped_noise(rng, n, 300, rng.uniform(2500, 4000), -1.0) * (0.3 + saw**3)
+        syll = int(RATE / rng.uniform(3.0, 7.0))
+        on = np.repeat(rng.random(n // syll + 2) < 0.65, syll)[:n]
+        x += _unit(voiced * on * np.abs(np.sin(np.pi * np.arange(n) / syll)) + 1e-9)
+    return x
+
+
+def _reciprocating(rng: np.random.Generator, t: F64) -> F64:
+    """A piston compressor: a knock per crank turn ringing a low structure, valve clatter."""
+    n = len(t)
+    crank = rng.uniform(8.0, 25.0)
+    train = np.zeros(n)
+    train[(np.arange(0, t[-1], 1 / crank) * RATE).astype(np.int64)] = 1.0
+    knock = np.convolve(train, _burst((float(rng.uniform(300, 2500)),), 0.04, 1600, rng))[:n]
+    valves = np.roll(train, int(RATE / crank / 2)) * rng.uniform(0.2, 0.6)
+    clatter = np.convolve(valves, _burst((float(rng.uniform(2000, 6000)),), 0.08, 160, rng))[:n]
+    return knock + clatter + 0.2 * _shaped_noise(rng, n, 50, 2000, -1.0)
+
+
+def _electric_forklift(rng: np.random.Generator, t: F64) -> F64:
+    """An electric forklift: drive-motor whine sweeping as it speeds up, tyres, a beeper."""
+    f = rng.uniform(800, 1500) * (
+        1 + 0.8 * (0.5 + 0.5 * np.sin(2 * np.pi * rng.uniform(0.05, 0.3) * t))
+    )
+    whine = np.sin(2 * np.pi * np.cumsum(f) / RATE)
+    beep_on = np.sin(2 * np.pi * rng.uniform(1.0, 2.5) * t) > 0.2
+    beep = np.sin(2 * np.pi * rng.uniform(900, 1300) * t) * beep_on * (rng.random() < 0.6)
+    out: F64 = 0.5 * whine + _shaped_noise(rng, len(t), 30, 600, -1.0) + beep
+    return out
+
+
+def _conveyor(rng: np.random.Generator, t: F64) -> F64:
+    """A belt conveyor: rumble, an idler roller squealing at a wandering pitch."""
+    f = rng.uniform(1000, 5000) * (1 + 0.02 * np.sin(2 * np.pi * rng.uniform(0.1, 1.0) * t))
+    squeal = np.sin(2 * np.pi * np.cumsum(f) / RATE) * rng.uniform(0.1, 0.6)
+    return _shaped_noise(rng, len(t), 20, 1000, -1.5) + squeal
+
+
+def _fan(rng: np.random.Generator, t: F64) -> F64:
+    """Another machine's fan: blade pass tones and turbulence."""
+    bp = rng.uniform(60, 600)
+    tones = sum(0.5**k * np.sin(2 * np.pi * k * bp * t + rng.uniform(0, 6)) for k in range(1, 4))
+    return np.asarray(tones, np.float64) + _shaped_noise(rng, len(t), 100, 6000, -0.5)
+
+
+def _hum(rng: np.random.Generator, t: F64) -> F64:
+    """A transformer's hum: twice the line and its harmonics."""
+    line = rng.choice([50.0, 60.0])
+    hum = sum(rng.uniform(0.2, 1.0) * np.sin(2 * np.pi * 2 * k * line * t) for k in range(1, 8))
+    return np.asarray(hum, np.float64)
+
+
+def _hiss(rng: np.random.Generator, t: F64) -> F64:
+    """A leaking air line: steady high hiss."""
+    return _shaped_noise(rng, len(t), rng.uniform(1500, 4000), 8000, rng.uniform(-1.0, 1.0))
+
+
+def _more_impacts(rng: np.random.Generator, t: F64) -> F64:
+    """Handling noise: knocks at a varying rate."""
+    x, _ = _benign_impacts(rng, len(t), float(rng.uniform(0.2, 0.7)))
+    return x
+
+
+BACKGROUNDS = {
+    "talk": _talk,
+    "reciprocating compressor": _reciprocating,
+    "electric forklift": _electric_forklift,
+    "conveyor": _conveyor,
+    "fan": _fan,
+    "hum": _hum,
+    "hiss": _hiss,
+    "impacts": _more_impacts,
+}
 
 
 def make_clip(
@@ -309,11 +503,17 @@ def make_clip(
     t = np.arange(n) / RATE
     wander = np.cumsum(rng.standard_normal(n)) * 2e-5
     wander = np.clip(wander - wander.mean(), -0.01, 0.01)
+    if motor.ramp:
+        wander = (1 + wander) * _profile(motor.ramp, n) - 1
     machine = _machine(motor, rng, t, wander)
     machine /= np.std(machine) + 1e-12
     noise, hiss = _factory(rng, t)
     noise *= 10 ** (motor.noise_db / 20) / (np.std(noise) + 1e-12)
     bg = machine + noise
+    if motor.backgrounds:  # their own generator: the clip's other draws stay as they were
+        extra_rng = np.random.default_rng([motor.seed if seed is None else seed, 7])
+        extra = sum(_unit(BACKGROUNDS[b](extra_rng, t)) for b in motor.backgrounds)
+        bg = bg + _unit(np.asarray(extra, np.float64)) * 10 ** (motor.background_db / 20)
     impacts, times = _benign_impacts(rng, n, impact_rate_hz)
     bg_rms = float(np.std(bg))
     x = bg + impacts * bg_rms
@@ -340,16 +540,18 @@ def make_set(
     seconds: float = 4.0,
     fault_share: float = 0.5,
     severity_db: tuple[float, float] = (4.0, 16.0),
+    families: tuple[str, ...] | None = None,
 ) -> list[Clip]:
     """``n_clips`` clips of random motors; about ``fault_share`` of them develop a fault.
 
     A faulty clip starts healthy and the fault begins somewhere inside it (a quarter of them
-    are faulty from the first sample).
+    are faulty from the first sample). ``families``: of the ``"wide"`` population (default:
+    all but :data:`HELD_OUT`).
     """
-    rng = np.random.default_rng([seed, 0 if population == "train" else 1])
+    rng = np.random.default_rng([seed, {"train": 0, "unseen": 1, "wide": 2}.get(population, 3)])
     clips = []
     for _ in range(n_clips):
-        motor = draw_motor(rng, population)
+        motor = draw_wide(rng, families) if population == "wide" else draw_motor(rng, population)
         fault: Fault | None = None
         onset = 0.0
         if rng.random() < fault_share:

@@ -28,11 +28,11 @@ import numpy as np
 import numpy.typing as npt
 
 from rtgate.apps.guard.detector import default_model_path
-from rtgate.apps.guard.evaluate import evaluate
+from rtgate.apps.guard.evaluate import evaluate, evaluate_clips
 from rtgate.apps.guard.features import N_FEATURES, N_MELS, WindowFeatures
-from rtgate.apps.guard.simulate import make_set
+from rtgate.apps.guard.simulate import HELD_OUT, make_set
 
-__all__ = ["TrainConfig", "export_onnx", "train"]
+__all__ = ["TrainConfig", "export_onnx", "held_out", "train"]
 
 F32 = npt.NDArray[np.float32]
 
@@ -62,6 +62,8 @@ class TrainConfig:
     recover_s: float = 1.0
     chunk_s: float = 4.0
     data_dir: str | None = None
+    wide_clips: int = 0  # clips of the randomised physics (simulate.py's "wide" families)
+    held_out_clips: int = 120  # validation clips of the held-out families (with wide_clips)
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
@@ -77,9 +79,14 @@ class _Data:
 def _simulated(cfg: TrainConfig) -> _Data:
     wf = WindowFeatures()
     data = _Data()
-    for clip in make_set(
+    clips = make_set(
         cfg.n_clips, "train", seed=cfg.seed, seconds=cfg.seconds, severity_db=cfg.severity_db
-    ):
+    )
+    if cfg.wide_clips:  # the families not held out
+        clips += make_set(
+            cfg.wide_clips, "wide", seed=cfg.seed, seconds=cfg.seconds, severity_db=cfg.severity_db
+        )
+    for clip in clips:
         data.x.append(wf.frames(clip.audio))
         y = clip.labels().astype(np.float32)
         data.y.append(y)
@@ -246,6 +253,18 @@ def _fit(cfg: TrainConfig, data: _Data, log: Any) -> Any:
     return net.eval()
 
 
+def held_out(model: str | Path | None, n_clips: int, seed: int, seconds: float) -> dict[str, Any]:
+    """The detector on clips of each held-out family of the randomised physics (whole
+    families no training clip came from), family by family."""
+    out = {}
+    for fam in HELD_OUT:
+        clips = make_set(n_clips, "wide", seed=seed, seconds=seconds, families=(fam,))
+        report = evaluate_clips(model, clips)
+        del report["scores"]
+        out[fam] = report
+    return out
+
+
 def train(
     cfg: TrainConfig = TrainConfig(),
     out: str | Path | None = None,
@@ -263,6 +282,10 @@ def train(
     export_onnx(net, path, info)
     report = evaluate(path, n_clips=cfg.eval_clips, seed=cfg.seed + 1000, seconds=cfg.seconds)
     info["eval_unseen"] = report
+    if cfg.wide_clips:
+        report["held_out_families"] = info["eval_held_out_families"] = held_out(
+            path, cfg.held_out_clips, cfg.seed + 1000, cfg.seconds
+        )
     export_onnx(net, path, info)  # again, with the evaluation in the metadata
     report["train_s"] = round(time.perf_counter() - t0, 1)
     report["model"] = str(path)

@@ -1,0 +1,147 @@
+"""The outside set (``outside.py``) through the runtime path, with and without enrolment, and
+the DCASE 2020 baseline on the same clips.
+
+Each station is enrolled on its first ``enrol_s`` seconds (what ``guard enroll`` does,
+refused when the general detector stops on them), then its scored part runs as a new run
+through the detector, the baselines and the rules, all stations in one batch. Three ways:
+``general`` (no enrolment), ``enrolled`` (the stations ``enroll`` accepts),
+``enrolled_accepting_stops`` (every station, as with ``--accept-stops``). Per way, overall,
+per machine family and per background: false stops (and on how many stations), misses,
+clip AUC (each station's highest score in the scored part), window AUC, onset -> stop in
+audio time (all faults, and those at -12 dB and louder).
+
+``baseline="dcase2020"`` trains the autoencoder baseline (``dcase.py``) on the healthy clips
+of the detector's own training set (the first ``dcase_clips`` clips of
+``make_set(.., "train", seed=0, seconds=8)``, the healthy ones) and scores every station's
+scored part: clip AUC beside the detector's.
+
+``rtgate guard evaluate --set outside [--baseline dcase2020]`` prints the report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rtgate.apps.guard.baseline import Enrolment
+from rtgate.apps.guard.evaluate import roc_auc
+from rtgate.apps.guard.evaluate_enrolment import _enrol_all, _features, _Fleet, _metrics, _run
+from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
+from rtgate.apps.guard.outside import FAMILIES, SEED, Station, describe, make_stations
+from rtgate.apps.guard.rules import Rules
+from rtgate.core.errors import InvalidRequest
+
+__all__ = ["STRONG_DB", "evaluate_outside"]
+
+STRONG_DB = -12.0  # the delay goal is for faults at this level and louder
+
+
+def _groups(stations: list[Station]) -> dict[str, np.ndarray]:
+    fam = np.array([s.machine.family for s in stations])
+    groups = {f"family: {f.name}": np.flatnonzero(fam == f.name) for f in FAMILIES}
+    for kind in ("babble", "forklift", "compressor", "conveyor"):
+        groups[f"background: {kind}"] = np.flatnonzero(
+            [kind in s.machine.backgrounds for s in stations]
+        )
+    ramps = np.array([s.machine.ramp != 0 for s in stations])
+    groups["variable-speed drive ramping"] = np.flatnonzero(ramps)
+    return {k: v for k, v in groups.items() if len(v)}
+
+
+def _dcase(
+    stations: list[Station], enrol_w: int, n_clips: int, epochs: int, log: Any
+) -> dict[str, Any]:
+    from rtgate.apps.guard.dcase import Dcase2020, DcaseConfig
+    from rtgate.apps.guard.simulate import make_set
+
+    try:
+        import torch  # noqa: F401  (the baseline trains with it)
+    except ImportError:
+        raise InvalidRequest("--baseline dcase2020 needs torch (the train extra)") from None
+
+    healthy = [c.audio for c in make_set(n_clips, "train", seed=0, seconds=8.0) if c.fault is None]
+    model = Dcase2020(DcaseConfig(epochs=epochs))
+    model.fit(healthy, log=log)
+    scored = [s.audio[enrol_w * HOP :] for s in stations]
+    scores = model.score(scored)
+    faulty = np.array([s.fault is not None for s in stations])
+    thr = model.healthy_p99
+    out: dict[str, Any] = {
+        "trained_on": f"{len(healthy)} healthy training clips of 8 s",
+        "epochs": epochs,
+        "final_val_loss": round(model.history[-1]["val_loss"], 3),
+        "clip_auc": round(roc_auc(scores, faulty), 4),
+        "threshold_healthy_p99": round(float(thr), 3) if thr is not None else None,
+        "healthy_over_threshold": int(((scores >= thr) & ~faulty).sum()) if thr else None,
+        "faulty_under_threshold": int(((scores < thr) & faulty).sum()) if thr else None,
+    }
+    for name, idx in _groups(stations).items():
+        out[name] = {"clip_auc": round(roc_auc(scores[idx], faulty[idx]), 4)}
+    return out
+
+
+def evaluate_outside(
+    model: str | Path | None = None,
+    n_stations: int = 100,
+    seed: int = SEED,
+    enrol_s: float = 30.0,
+    score_s: float = 15.0,
+    baseline: str | None = None,
+    dcase_clips: int = 240,
+    dcase_epochs: int = 100,
+    log: Any = None,
+) -> dict[str, Any]:
+    """The report described in the module doc."""
+    if n_stations < 10 or enrol_s < 30 or score_s < 6:
+        raise InvalidRequest("need >= 10 stations, enrol_s >= 30 and score_s >= 6")
+    if baseline not in (None, "dcase2020"):
+        raise InvalidRequest(f"unknown baseline {baseline!r} (dcase2020)")
+    stations = make_stations(n_stations, seed, enrol_s, score_s)
+    enrol_w, score_w = int(enrol_s * RATE) // HOP, int(score_s * RATE) // HOP
+    fleet = _Fleet(stations, [",".join(s.machine.backgrounds) for s in stations], enrol_w, score_w)
+    fitted = [e for e, _ in _enrol_all(fleet, model)]
+    accepted = [None if e.general.get("stops") else e for e in fitted]
+    feats = _features(WindowFeatures(), stations, enrol_w, enrol_w + score_w)
+    onsets = np.array([np.inf if s.onset_s is None else s.onset_s - enrol_s for s in stations])
+    level = np.array([s.fault_rms_db if s.fault is not None else np.nan for s in stations])
+    report: dict[str, Any] = {
+        "set": "outside",
+        **describe(),
+        "seed": seed,
+        "stations": n_stations,
+        "enrol_s": enrol_s,
+        "score_s": score_s,
+        "fault_rms_db": [-22.0, -6.0],
+        "refused_by_enroll": sum(1 for e in accepted if e is None),
+    }
+    ways: dict[str, list[Enrolment | None]] = {
+        "general": [None] * n_stations,
+        "enrolled": accepted,
+        "enrolled_accepting_stops": list(fitted),
+    }
+    groups = _groups(stations)
+    for name, enrolments in ways.items():
+        seen, stops = _run(fleet, feats, enrolments, Rules(), model)
+        res = _metrics(seen, stops, onsets, level, STRONG_DB)
+        for g, idx in groups.items():
+            keep = set(idx.tolist())
+            sub = [(int(np.searchsorted(idx, i)), t) for i, t in stops if i in keep]
+            res[g] = _metrics(seen[idx], sub, onsets[idx], level[idx], STRONG_DB)
+        report[name] = res
+    if baseline == "dcase2020":
+        report["baseline_dcase2020"] = _dcase(stations, enrol_w, dcase_clips, dcase_epochs, log)
+    out: dict[str, Any] = _no_nan(report)
+    return out
+
+
+def _no_nan(x: Any) -> Any:
+    """NaN (an AUC of a group with one class only) as null, so the report is JSON."""
+    if isinstance(x, dict):
+        return {k: _no_nan(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_no_nan(v) for v in x]
+    if isinstance(x, float) and x != x:
+        return None
+    return x

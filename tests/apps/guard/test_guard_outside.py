@@ -1,0 +1,154 @@
+"""The outside set: disjoint from training, fixed, and what its truth says it is."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rtgate.apps.guard import outside
+from rtgate.apps.guard.cli import app
+from rtgate.apps.guard.outside import FAMILIES, PARTITION, make_station, make_stations
+from rtgate.apps.guard.simulate import (
+    BEARINGS,
+    HELD_OUT,
+    RATE,
+    WIDE_FAMILIES,
+    draw_motor,
+    draw_wide,
+    make_clip,
+    make_set,
+)
+
+runner = CliRunner()
+
+
+def _inside(x: float, bands: tuple[tuple[float, float], ...]) -> bool:
+    return any(lo <= x <= hi for lo, hi in bands)
+
+
+def test_no_training_range_meets_an_outside_range() -> None:
+    for name, (train, out) in PARTITION.items():
+        for lo_t, hi_t in train:
+            for lo_o, hi_o in out:
+                assert hi_o <= lo_t or lo_o >= hi_t, (name, (lo_t, hi_t), (lo_o, hi_o))
+                if lo_o == hi_o or lo_t == hi_t:  # single values: never the same one
+                    assert lo_o != lo_t, name
+
+
+def test_the_training_simulator_draws_inside_its_side_of_the_partition() -> None:
+    rng = np.random.default_rng(0)
+    train = {k: v[0] for k, v in PARTITION.items()}
+    motors = [draw_motor(rng, "train") for _ in range(150)] + [draw_wide(rng) for _ in range(150)]
+    for m in motors:
+        top = m.shaft_hz * (1 + max(m.ramp, 0.0))
+        assert _inside(m.shaft_hz, train["shaft_hz"]) and _inside(top, train["shaft_hz"])
+        assert _inside(m.line_hz, train["line_hz"])
+        assert all(_inside(f, train["bearing_res_hz"]) for f in m.bearing_res_hz)
+        assert _inside(m.damping, train["damping"])
+        assert _inside(m.fan_blades, train["fan_blades"])
+        assert _inside(m.rotor_slots, train["rotor_slots"])
+        assert _inside(m.level_dbfs, train["level_dbfs"])
+    assert {m.family for m in motors if m.family} == {
+        f.name for f in WIDE_FAMILIES if f.name not in HELD_OUT
+    }
+
+
+def test_outside_machines_lie_outside_every_training_range() -> None:
+    out = {k: v[1] for k, v in PARTITION.items()}
+    trained = {b.name for bs in BEARINGS.values() for b in bs}
+    trained |= {b.name for f in WIDE_FAMILIES for b in f.bearings}
+    rng = np.random.default_rng(1)
+    for fam in FAMILIES:
+        for _ in range(30):
+            m = outside.draw_machine(rng, fam)
+            assert _inside(m.shaft_hz, out["shaft_hz"])
+            assert _inside(m.shaft_hz * (1 + max(m.ramp, 0.0)), ((9.0, 17.6), (66.5, 98.8)))
+            assert m.line_hz in (25.0, 400.0)
+            assert all(_inside(f, out["bearing_res_hz"]) for f in m.res_hz)
+            assert _inside(m.damping, out["damping"])
+            assert _inside(m.fan_blades, out["fan_blades"])
+            assert _inside(m.rotor_slots, out["rotor_slots"])
+            assert _inside(m.level_dbfs, out["level_dbfs"])
+            assert _inside(m.impacts_per_s, out["impacts_per_s"])
+            assert m.bearing.name not in trained
+
+
+def test_the_set_is_fixed_and_faults_start_part_way_at_their_level() -> None:
+    a = make_stations(10, enrol_s=30.0, score_s=8.0)
+    b = make_stations(10, enrol_s=30.0, score_s=8.0)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x.audio, y.audio)
+    faulty = [s for s in a if s.fault is not None]
+    assert len(faulty) == 5 and {s.machine.family for s in a} == {f.name for f in FAMILIES}
+    for s in faulty:
+        assert s.onset_s is not None and 32.0 <= s.onset_s <= 35.0
+        assert -22.0 <= s.fault_rms_db <= -6.0
+
+
+def test_a_fault_is_as_loud_as_its_level_says() -> None:
+    m = replace(outside.draw_machine(np.random.default_rng(3), FAMILIES[2]), level_dbfs=-45.0)
+    healthy = make_station(m, 6.0, None, 2.0, -12.0).audio.astype(np.float64)
+    faulty = make_station(m, 6.0, "outer", 2.0, -12.0).audio.astype(np.float64)
+    np.testing.assert_array_equal(healthy[: int(1.9 * RATE)], faulty[: int(1.9 * RATE)])
+    d = (faulty - healthy)[2 * RATE :]
+    level = 20 * np.log10(np.std(d) / np.std(healthy))
+    assert level == pytest.approx(-12.0, abs=0.5)
+
+
+def test_wide_backgrounds_draw_from_their_own_generator() -> None:
+    m = draw_wide(np.random.default_rng(5))
+    loud = replace(m, backgrounds=("talk", "reciprocating compressor"), background_db=0.0)
+    quiet = replace(m, backgrounds=())
+    a, b = make_clip(loud, 2.0, impact_rate_hz=2.0), make_clip(quiet, 2.0, impact_rate_hz=2.0)
+    assert a.impacts_s == b.impacts_s and a.hiss_s == b.hiss_s
+    assert not np.allclose(a.audio, b.audio)
+
+
+def test_held_out_families_are_drawn_only_when_asked() -> None:
+    default = {c.motor.family for c in make_set(30, "wide", seconds=1.0)}
+    held = {c.motor.family for c in make_set(10, "wide", seconds=1.0, families=HELD_OUT)}
+    assert default.isdisjoint(HELD_OUT) and held == set(HELD_OUT)
+
+
+@pytest.mark.slow
+def test_evaluate_outside_reports_every_family_with_and_without_enrolment() -> None:
+    from rtgate.apps.guard.evaluate_outside import evaluate_outside
+
+    r = evaluate_outside(n_stations=10, enrol_s=30.0, score_s=6.0)
+    for way in ("general", "enrolled", "enrolled_accepting_stops"):
+        assert r[way]["stations"] == 10 and r[way]["faulty"] == 5
+        fams = [r[way][f"family: {f.name}"] for f in FAMILIES]
+        assert sum(f["stations"] for f in fams) == 10
+        assert sum(f["misses"] for f in fams) == r[way]["misses"]
+        assert sum(f["false_stops"] for f in fams) == r[way]["false_stops"]
+    assert 0 <= r["refused_by_enroll"] <= 10
+
+
+def test_evaluate_refuses_unknown_sets_and_a_baseline_on_the_unseen_set() -> None:
+    res = runner.invoke(app, ["evaluate", "--set", "nope"])
+    assert res.exit_code == 2 and "unseen or outside" in res.output
+    res = runner.invoke(app, ["evaluate", "--set", "unseen", "--baseline", "dcase2020"])
+    assert res.exit_code == 2 and "--set outside" in res.output
+
+
+def test_a_drive_running_up_brings_the_defect_impacts_closer() -> None:
+    from rtgate.apps.guard.simulate import _fault
+
+    m = replace(
+        draw_wide(np.random.default_rng(2)),
+        shaft_hz=10.0,
+        ramp=1.0,
+        bearing_res_hz=(4000.0,),
+        damping=0.1,
+    )
+    t = np.arange(10 * RATE) / RATE
+    x = np.abs(_fault(m, "outer", np.random.default_rng(0), t, 0.0))
+    hits = np.flatnonzero((x[1:] > 0.3) & (x[:-1] <= 0.3)) / RATE
+    hits = hits[np.diff(hits, prepend=-1.0) > 0.005]  # one per impact
+    first, last = np.sum(hits < 2.0), np.sum(hits >= 8.0)
+    rate = m.bearing.bpfo(10.0)
+    assert first == pytest.approx(2 * rate, rel=0.1)
+    assert last == pytest.approx(2 * 2 * rate, rel=0.1)
