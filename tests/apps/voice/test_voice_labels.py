@@ -45,7 +45,7 @@ def _chunk(at: float, seconds: float = 0.02) -> Played:
 
 def test_agent_starts_are_the_chunks_after_a_gap() -> None:
     out = RecordingOut([_chunk(1.0), _chunk(1.02), _chunk(1.04), _chunk(2.0), _chunk(2.02)])
-    assert agent_starts(out) == [1.0, 2.0]
+    assert agent_starts(out) == [(1.0, "ack"), (2.0, "ack")]
 
 
 def test_the_eval_set_is_generated_with_labels_and_is_reproducible(tmp_path: Path) -> None:

@@ -336,9 +336,11 @@ def test_words_and_voice_together_set_the_wait() -> None:
     assert r.fused_wait_ms("ask", "unsure") < r.fused_wait_ms("ask", "more")
     # a voice that goes on waits past the longest pause inside a turn (1 s) unless the
     # words end on a question
-    for text in ("question", "sure", "complete", "clause", "open"):
+    for text in ("sure", "complete", "clause", "open"):
         assert r.fused_wait_ms(text, "more") >= 1000.0
-    assert r.fused_wait_ms("clause", None) == r.fused_wait_ms("clause", "more")
+    # a finished-sounding voice never shortens a clause the words say goes on
+    assert r.fused_wait_ms("clause", "done") >= r.clause_ms
+    assert r.fused_wait_ms("question", None) < r.fused_wait_ms("question", "more")
     assert text_class("我家里的信号最近特别差。", 0.75, r) == "sure"
     assert text_class("我家里的信号最近特别差。", 0.65, r) == "complete"
     assert [voice_class(p, r) for p in (0.9, 0.5, 0.1)] == ["done", "unsure", "more"]
@@ -355,20 +357,22 @@ async def test_a_question_that_sounds_finished_ends_at_once() -> None:
 
 
 async def test_a_question_whose_voice_goes_on_waits_longer() -> None:
-    _, out = await run_fused(turn_with("请问我的话费余额还有多少？", 0.3), FixedVoice(0.05))
-    assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["end"]  # not in 0.3 s
-    _, out = await run_fused(turn_with("请问我的话费余额还有多少？", 0.6), FixedVoice(0.05))
-    assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["ask/more"]
+    _, out = await run_fused(turn_with("上个月的账单一共是多少钱", 0.5), FixedVoice(0.05))
+    assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["end"]  # not in 0.5 s
+    _, out = await run_fused(turn_with("上个月的账单一共是多少钱", 0.8), FixedVoice(0.05))
+    assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["question/more"]
+    _, out = await run_fused(turn_with("上个月的账单一共是多少钱", 0.3), FixedVoice(0.95))
+    assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["question/done"]
 
 
 async def test_a_clause_whose_voice_goes_on_outwaits_a_one_second_pause() -> None:
     _, out = await run_fused(turn_with("我家里的信号最近特别差。", 1.0), FixedVoice(0.05))
     assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["end"]
-    # the same words in a finished voice end after the clause's shorter wait
+    # the same words in a finished voice end after the clause's own wait
     _, out = await run_fused(turn_with("我家里的信号最近特别差。", 1.0), FixedVoice(0.9))
     ends = [f for f in out if isinstance(f, TurnEndFrame)]
     assert [e.rule for e in ends] == ["clause/done"]
-    assert ends[0].decided_t - 2.0 < 0.6
+    assert 0.6 <= ends[0].decided_t - 2.0 < 0.8
 
 
 def test_a_score_from_before_the_caller_resumed_does_not_count() -> None:

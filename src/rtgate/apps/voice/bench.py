@@ -49,7 +49,7 @@ from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker
 from rtgate.core.budget import Budget
 from rtgate.core.request import Piece, Request
 
-__all__ = ["Clip", "percentiles", "run", "speech_bounds"]
+__all__ = ["Clip", "agent_starts", "percentiles", "run", "smart_turn_cost", "speech_bounds"]
 
 FRAME = RATE // 50  # the simulated caller sends 20 ms at a time, as a phone line (RTP) does
 
@@ -136,6 +136,7 @@ class CallResult:
     missed_bargeins: int = 0
     by_lang: dict[str, list[int]] = field(default_factory=dict)  # lang -> [turns, cut-ins]
     calls: list[dict[str, Any]] = field(default_factory=list)
+    audio_ms: list[float] = field(default_factory=list)  # Smart Turn calls, wall time
     cut_in_details: list[dict[str, Any]] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
     by_rule: list[tuple[str, float]] = field(default_factory=list)
@@ -159,6 +160,7 @@ class CallResult:
             row[0] += n
             row[1] += k
         self.calls += r.calls
+        self.audio_ms += r.audio_ms
 
 
 def _script(rng: random.Random, clips: dict[str, Clip], lang: str, n: int) -> list[Turn]:
@@ -235,14 +237,14 @@ async def _call(
     return res
 
 
-def agent_starts(out: RecordingOut, gap_s: float = 0.06) -> list[float]:
-    """Loop times at which the agent started an utterance: its first chunk, and every
-    chunk that begins more than ``gap_s`` after the previous one ended."""
-    starts: list[float] = []
+def agent_starts(out: RecordingOut, gap_s: float = 0.06) -> list[tuple[float, str]]:
+    """(loop time, kind) of each agent utterance's start: its first chunk, and every chunk
+    that begins more than ``gap_s`` after the previous one ended."""
+    starts: list[tuple[float, str]] = []
     prev_end = -1e9
     for c in sorted(out.chunks, key=lambda c: c.at):
         if c.at - prev_end > gap_s:
-            starts.append(c.at)
+            starts.append((c.at, c.kind))
         prev_end = max(prev_end, c.at + len(c.pcm) / RATE)
     return starts
 
@@ -276,6 +278,7 @@ def _score(
         f.decode_ms for _, s, f in call.events if s == "asr" and isinstance(f, TranscriptFrame)
     ]
     starts = agent_starts(out)
+    res.audio_ms += [ms for _, _, _, ms in call.turns.audio_scores]
     lang_row = res.by_lang.setdefault(lang, [0, 0])
     rows: list[dict[str, Any]] = []
     for i, turn in enumerate(turns):
@@ -301,11 +304,12 @@ def _score(
                     "decided_s_before_end": round(turn.end - e.decided_t, 3),
                 }
             )
-        over = [st for st in starts if t_onset < st < t_end]  # the agent started over them
+        # the agent started talking over them
+        over = [(st, kind) for st, kind in starts if t_onset < st < t_end]
         if over:
             lang_row[1] += 1
         nxt = call.t0 + turns[i + 1].onset if i + 1 < len(turns) else float("inf")
-        after = [st for st in starts if t_end <= st < nxt]
+        after = [st for st, _ in starts if t_end <= st < nxt]
         first_ms = None
         if after and not over:
             first_ms = (min(after) - t_end) * 1000.0
@@ -344,6 +348,10 @@ def _score(
                 "followup": _texts(call, n, "followup") if n is not None else "",
                 "first_audio_ms": None if first_ms is None else round(first_ms, 1),
                 "cut_in": bool(over),
+                "cut_in_by": [
+                    {"kind": kind, "after_onset_ms": round((st - t_onset) * 1000.0, 1)}
+                    for st, kind in over
+                ],
                 "decided_early": bool(early),
                 "bargein_stop_ms": None if stop_ms is None else round(stop_ms, 1),
                 "on_topic": None if turn.bargein else keyword_on_topic(answer, clip.topic),
@@ -440,6 +448,7 @@ async def _run(
             questions = [c for c in clips.values() if c.kind in ("question", "deep")]
             serial = await _serial(models, questions, serial_hangover_ms)
     report = _report(calls, total, serial, serial_hangover_ms, cfg)
+    report["audio_eot_call_ms"] = percentiles(total.audio_ms)
     report["set"] = "validation" if eval_dir is None else f"eval ({eval_dir})"
     return report
 
@@ -532,3 +541,32 @@ def run(
             calls, seed, asr_model, serial_hangover_ms, semantic_turns, step, audio_turns, eval_dir
         )
     )
+
+
+def smart_turn_cost(calls: int = 50) -> dict[str, Any]:
+    """CPU cost of one Smart Turn call (one thread), split into the numpy features and the
+    ONNX run, on 8 s windows of the packaged clips."""
+    from rtgate.apps.voice.smart_turn import SmartTurn, fit_window, log_mel
+
+    model = SmartTurn(threads=1)
+    clips = list(load_clips().values())
+    feats_ms, onnx_ms, total_ms = [], [], []
+    for i in range(calls + 3):
+        window = fit_window(clips[i % len(clips)].pcm)
+        t0 = time.perf_counter()
+        feats = log_mel(window)[None]
+        t1 = time.perf_counter()
+        model.session.run(None, {model._input: feats})
+        t2 = time.perf_counter()
+        if i >= 3:  # the first calls warm the session up
+            feats_ms.append((t1 - t0) * 1000.0)
+            onnx_ms.append((t2 - t1) * 1000.0)
+            total_ms.append((t2 - t0) * 1000.0)
+    return {
+        "model": str(model.path.name),
+        "calls": calls,
+        "threads": 1,
+        "features_ms": percentiles(feats_ms),
+        "onnx_ms": percentiles(onnx_ms),
+        "total_ms": percentiles(total_ms),
+    }

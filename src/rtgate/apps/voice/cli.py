@@ -226,3 +226,24 @@ def bench_voice(
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         console.print(f"[dim]wrote {json_out}[/dim]")
+
+
+@bench_app.command("smart-turn")
+def bench_smart_turn(
+    calls: int = typer.Option(50, "--calls", help="model calls to time"),
+    json_out: Path | None = typer.Option(None, "--json", help="write the report here"),
+) -> None:
+    """CPU cost of one Smart Turn v3.2 call (features + ONNX, one thread)."""
+    from rtgate.apps.voice.bench import smart_turn_cost
+
+    report = smart_turn_cost(calls)
+    table = Table(title=f"Smart Turn v3.2: {calls} calls, 1 thread")
+    table.add_column("part")
+    table.add_column("p50 ms", justify="right")
+    table.add_column("p95 ms", justify="right")
+    for key in ("features_ms", "onnx_ms", "total_ms"):
+        table.add_row(key[:-3], f"{report[key]['p50']}", f"{report[key]['p95']}")
+    console.print(table)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2) + "\n")
