@@ -31,12 +31,16 @@ def test_added_latency_and_the_highest_sustained_rate() -> None:
 
 @pytest.mark.slow
 def test_a_short_run_measures_the_upstream_and_rtgate() -> None:
-    report = run(rates=[20.0], seconds=1.0, connections=4)
+    report = run(rates=[20.0], seconds=1.0, connections=4, stream_requests=10)
     for name in ("upstream", "rtgate"):
         measured = report["targets"][name]["20.0"]
         assert KEYS <= set(measured) and measured["errors"] == 0
         assert report["max_throughput"][name] > 0
-    assert "rtgate" in report["added_ms"]
+        streamed = report["streamed"][name]
+        assert streamed["errors"] == 0 and streamed["requests"] == 10
+        assert 0 < streamed["ttft_p50_ms"] <= streamed["ttft_p99_ms"]
+        assert streamed["itl_p50_ms"] > 0  # eight chunks each: seven gaps
+    assert "rtgate" in report["added_ms"] and "rtgate" in report["stream_added_ms"]
 
 
 def test_litellm_is_found_in_its_own_virtualenv(

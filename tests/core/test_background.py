@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from rtgate.core.background import Background
+from rtgate.core.errors import Declined
 
 
 async def test_a_failing_task_is_logged_and_swallowed(caplog: pytest.LogCaptureFixture) -> None:
@@ -112,3 +113,32 @@ async def test_a_stream_still_iterated_by_a_task_is_left_to_that_task() -> None:
     bg.abandon(task, agen)
     await bg.aclose()
     assert task.cancelled()
+
+
+async def test_a_stream_that_has_ended_is_not_closed_in_a_task() -> None:
+    bg = Background()
+
+    async def declines() -> AsyncIterator[str]:
+        raise Declined("no")
+        yield "never"
+
+    closed = []
+
+    async def talks() -> AsyncIterator[str]:
+        try:
+            yield "a"
+            yield "b"
+        finally:
+            closed.append(True)
+
+    ended = declines()
+    with pytest.raises(Declined):
+        await anext(ended)
+    bg.close_later(ended)
+    assert len(bg) == 0  # nothing left to close: no task for it
+    started = talks()
+    assert await anext(started) == "a"
+    bg.close_later(started)
+    assert len(bg) == 1  # suspended mid-answer: closed in the background
+    await bg.join()
+    assert closed == [True]

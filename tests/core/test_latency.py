@@ -85,3 +85,23 @@ def test_everything_ages_out_after_a_long_silence() -> None:
     now[0] += 100
     w.add(5)
     assert w.count == 1 and w.p99 == pytest.approx(5, rel=0.02)
+
+
+def test_a_slower_answer_than_the_p99_counts_at_once_a_faster_one_by_refresh_every() -> None:
+    w = WindowedQuantiles(window=1000, refresh_every=32, clock=lambda: 0.0)  # time stands
+    for _ in range(100):
+        w.add(10.0)
+    assert w.p99 == pytest.approx(10, rel=0.02)
+    for _ in range(5):
+        w.add(500.0)  # the tail grew: no waiting for the next refresh
+    assert w.p99 == pytest.approx(500, rel=0.02)
+    now = [0.0]
+    fast = WindowedQuantiles(window=1000, refresh_every=500, refresh_s=0.05, clock=lambda: now[0])
+    for _ in range(100):
+        fast.add(500.0)
+    for _ in range(200):
+        fast.add(1.0)  # faster: read at the next refresh, not at once
+    assert fast.p50 == pytest.approx(500, rel=0.02)
+    now[0] = 0.06  # refresh_s later
+    fast.add(1.0)
+    assert fast.p50 == pytest.approx(1.0, rel=0.02)

@@ -17,13 +17,18 @@ import openai
 import pytest
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from rtgate.assembly.build import assemble
 from rtgate.config.loader import load_config
+from rtgate.gate import Gate
 from rtgate.server import create_app
+from rtgate.server.arrival import ARRIVAL
+from rtgate.server.lane import PassthroughLane
+from rtgate.server.middleware_stack import server_middleware
 
 TOOL_CALL = {
     "id": "call_1",
@@ -42,6 +47,7 @@ class Upstream:
         self.received = asyncio.Event()
         self.release = asyncio.Event()
         self.app = Starlette(routes=[Route("/{path:path}", self.handle, methods=["POST"])])
+        self.gate: Gate | None = None
 
     async def handle(self, request: Request) -> Response:
         body = await request.json()
@@ -54,9 +60,17 @@ class Upstream:
         if self.mode == "429":
             err = {"error": {"message": "slow down", "type": "rate_limit", "code": "rl"}}
             return JSONResponse(err, 429, headers={"Retry-After": "7"})
+        if self.mode == "503":
+            err = {"error": {"message": "overloaded", "type": "server_error"}}
+            return JSONResponse(err, 503, headers={"Retry-After": "3"})
         if body.get("stream"):
-            return StreamingResponse(self.chunks(body), media_type="text/event-stream")
-        return JSONResponse(self.completion())
+            chunks = self.broken() if self.mode == "break" else self.chunks(body)
+            return StreamingResponse(chunks, media_type="text/event-stream")
+        return JSONResponse(self.completion(), headers={"X-Request-Id": "req-up-1", "Server": "up"})
+
+    async def broken(self) -> AsyncIterator[bytes]:
+        yield b'data: {"choices": []}\n\n'
+        raise RuntimeError("the upstream fell over mid-stream")
 
     def completion(self) -> dict[str, Any]:
         message = {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}
@@ -106,20 +120,49 @@ async def serving(app: Any) -> AsyncIterator[int]:
         sock.close()
 
 
+def _is_lane(cls: object) -> bool:
+    return cls is PassthroughLane
+
+
+class Waited:
+    """Stamps each request as if it had arrived ``ms`` ago (a process that fell behind)."""
+
+    def __init__(self, app: Any, ms: float) -> None:
+        self.app, self.ms = app, ms
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            arrived = asyncio.get_running_loop().time() - self.ms / 1000.0
+            scope.setdefault("state", {})[ARRIVAL] = arrived
+        await self.app(scope, receive, send)
+
+
 @asynccontextmanager
 async def gateway(
-    tmp_path: Path, *, warmup: bool = False
+    tmp_path: Path,
+    *,
+    warmup: bool = False,
+    lane: bool = True,
+    waited_ms: float = 0.0,
+    tier_settings: str = "",
 ) -> AsyncIterator[tuple[Upstream, openai.AsyncOpenAI, httpx.AsyncClient]]:
+    """rtgate in front of a recording upstream; ``lane=False``: without the passthrough
+    lane (the routed path answers); ``waited_ms``: every request arrived that long ago."""
     up = Upstream()
     async with serving(up.app) as port:
         toml = tmp_path / "rtgate.toml"
         toml.write_text(
             "[server]\ndiscover_routers = false\n[local]\nenabled = false\n"
             '[cloud]\nenabled = false\n[tiers.up]\nkind = "openai"\n'
-            f'base_url = "http://127.0.0.1:{port}/v1"\nmodel = "up-model"\n'
+            f'base_url = "http://127.0.0.1:{port}/v1"\nmodel = "up-model"\n{tier_settings}'
         )
         config = load_config(toml, env={})
-        app = create_app(config, assembly=assemble(config), warmup=warmup)
+        stack = [m for m in server_middleware(config) if lane or not _is_lane(m.cls)]
+        if waited_ms:
+            stack.insert(0, Middleware(Waited, ms=waited_ms))
+        asm = assemble(config)
+        app = create_app(config, assembly=asm, warmup=warmup, middleware=stack)
+        up.gate = asm.gate  # the gate in front of it, for what it learns
         try:
             async with app.router.lifespan_context(app):
                 raw = httpx.AsyncClient(
@@ -258,3 +301,128 @@ async def test_warm_up_and_health_use_chat_completions_only(tmp_path: Path) -> N
         health = (await raw.get("/healthz")).json()
     assert health["status"] == "ok"
     assert up.seen and {path for path, _ in up.seen} == {"/v1/chat/completions"}
+
+
+@pytest.mark.parametrize(
+    "request_body",
+    [
+        {"model": "up", "messages": MESSAGES, "seed": 1},
+        {"model": "up", "messages": MESSAGES, "temperature": 5},  # refused by the schema
+        {"model": "up", "messages": [], "budget_ms": 100},  # refused: no messages
+        {"model": "up", "messages": MESSAGES, "budget_ms": -1},  # refused: the budget
+        {"model": "up", "messages": MESSAGES, "rtgate": {"on_timeout": "x"}},  # refused
+        {"model": "up", "messages": MESSAGES, "max_tokens": 10**9},  # over the server's cap
+        {"model": "nope", "messages": MESSAGES},  # unknown model
+    ],
+)
+async def test_the_lane_and_the_routed_path_answer_alike(
+    tmp_path: Path, request_body: dict[str, Any]
+) -> None:
+    got = []
+    for lane in (True, False):
+        async with gateway(tmp_path, lane=lane) as (up, _, raw):
+            resp = await raw.post("/v1/chat/completions", json=request_body)
+            got.append((resp.status_code, resp.json(), resp.headers.get("x-rtgate-route"), up.seen))
+    assert got[0] == got[1]
+    assert (got[0][0] == 200) == (request_body.get("seed") == 1)
+
+
+async def test_upstream_headers_come_back_once(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as (_, _sdk, raw):
+        resp = await raw.post("/v1/chat/completions", json={"model": "up", "messages": MESSAGES})
+    assert resp.headers["x-request-id"] == "req-up-1"
+    assert "date" not in resp.headers and "server" not in resp.headers  # the server's own
+    assert resp.headers["content-length"] == str(len(resp.content))
+
+
+async def test_upstream_503_is_a_503_with_its_retry_after(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as (up, sdk, _):
+        up.mode = "503"
+        with pytest.raises(openai.APIStatusError) as err:
+            await sdk.chat.completions.create(model="up", messages=MESSAGES)
+    assert err.value.status_code == 503
+    assert err.value.response.headers["retry-after"] == "3"
+    assert isinstance(err.value.body, dict) and err.value.body["code"] == "upstream_unavailable"
+
+
+async def test_an_upstream_that_is_down_is_a_502(tmp_path: Path) -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there
+    toml = tmp_path / "rtgate.toml"
+    toml.write_text(
+        "[server]\ndiscover_routers = false\n[local]\nenabled = false\n"
+        '[cloud]\nenabled = false\n[tiers.up]\nkind = "openai"\n'
+        f'base_url = "http://127.0.0.1:{port}/v1"\nmodel = "up-model"\n'
+    )
+    config = load_config(toml, env={})
+    app = create_app(config, assembly=assemble(config), warmup=False)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://rt") as raw:
+            resp = await raw.post(
+                "/v1/chat/completions", json={"model": "up", "messages": MESSAGES}
+            )
+    assert resp.status_code == 502
+    assert resp.json()["error"]["code"] == "upstream_error"
+
+
+async def test_a_stream_that_breaks_ends_with_an_error_event(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as (up, _sdk, raw):
+        up.mode = "break"
+        body = {"model": "up", "messages": MESSAGES, "stream": True}
+        resp = await raw.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 200
+    events = [e for e in resp.text.split("\n\n") if e]
+    assert events[0] == 'data: {"choices": []}'
+    assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "upstream_error"
+
+
+@pytest.mark.parametrize("lane", [True, False])
+async def test_a_request_that_waited_too_long_is_refused_not_sent(
+    tmp_path: Path, lane: bool
+) -> None:
+    async with gateway(tmp_path, lane=lane, waited_ms=400) as (up, sdk, _):  # > max_queue_ms
+        with pytest.raises(openai.APIStatusError) as err:
+            await sdk.chat.completions.create(model="up", messages=MESSAGES)
+        c = await sdk.chat.completions.create(
+            model="up", messages=MESSAGES, extra_body={"rtgate": {"on_timeout": "placeholder"}}
+        )
+    assert up.seen == []  # never sent late
+    assert err.value.status_code == 503
+    assert err.value.response.headers["retry-after"] == "1"
+    assert isinstance(err.value.body, dict) and err.value.body["code"] == "overloaded"
+    extra = c.model_extra or {}
+    assert extra["rtgate"]["placeholder"] is True
+    assert extra["rtgate"]["degraded"].startswith("overloaded")
+
+
+async def test_passthrough_answers_teach_the_gate_the_upstream_latency(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as (up, sdk, _):
+        assert up.gate is not None
+        model = up.gate.models["up"]
+        assert model.cold
+        await sdk.chat.completions.create(model="up", messages=MESSAGES)
+        stream = await sdk.chat.completions.create(model="up", messages=MESSAGES, stream=True)
+        _ = [c async for c in stream]
+        assert not model.cold and model.ttft.count == 2 and model.total.count == 2
+        assert 0 < model.predict_ttft("p50") <= model.predict_total("p99") < 10_000
+
+
+async def test_an_upstream_can_default_to_the_placeholder_and_a_request_overrides_it(
+    tmp_path: Path,
+) -> None:
+    async with gateway(tmp_path, tier_settings='on_timeout = "placeholder"\n') as (up, sdk, _):
+        up.mode = "hang"
+        c = await sdk.chat.completions.create(
+            model="up", messages=MESSAGES, extra_body={"budget_ms": 30}
+        )
+        with pytest.raises(openai.APIStatusError) as err:
+            await sdk.chat.completions.create(
+                model="up",
+                messages=MESSAGES,
+                extra_body={"budget_ms": 30, "rtgate": {"on_timeout": "error"}},
+            )
+    assert (c.model_extra or {})["rtgate"]["placeholder"] is True
+    assert err.value.status_code == 504

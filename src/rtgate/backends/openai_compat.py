@@ -7,7 +7,9 @@ prefix (``…/openai/v1``). A bare host (``http://127.0.0.1:8000``, empty path) 
 added. Chats go to ``{base_url}/chat/completions``, raw prompts to ``{base_url}/completions``,
 both with ``stream: true``. Warm-up uses only the ``endpoint`` the backend is configured
 with (``chat`` by default: many hosted APIs have no ``/completions``).
-:meth:`OpenAICompatBackend.open_chat` forwards a client's body as it is (passthrough).
+:meth:`OpenAICompatBackend.send_chat` forwards a client's body as it is (passthrough), through
+a pooled HTTP/1.1 client of its own (:mod:`rtgate.backends.http1`: httpx cost half of a
+proxied request's CPU).
 
 Deltas are yielded as each server-sent event arrives, never buffered. Errors:
 429 → ``RateLimited``; 5xx, refused or reset connections → ``BackendUnavailable``; an
@@ -25,6 +27,7 @@ from typing import Any, Literal
 import httpx
 
 from rtgate.backends.base import Backend, Generation
+from rtgate.backends.http1 import Http1Pool, Http1Response
 from rtgate.backends.sse import SSEDecoder, SSEEvent
 from rtgate.core.budget import Budget
 from rtgate.core.errors import (
@@ -62,9 +65,14 @@ class OpenAICompatBackend(Backend):
         extra_body: merged into every request body (e.g. vLLM's ``top_k``).
         max_tokens_field: ``"max_completion_tokens"`` for providers that want it.
         timeout_s: timeouts when no budget is given; with a budget, its time left.
+        max_connections: connections open at once, in each of the two pools (httpx's
+            for the gate's calls, :meth:`pool` for the passthrough).
         transport: an httpx transport (e.g. ``httpx.MockTransport``) instead of the network.
         endpoint: what warm-up calls: ``"chat"`` (``/chat/completions``) or
             ``"completions"`` (``/completions``, for servers of raw prompts).
+        on_timeout: what a passthrough request for this upstream gets when it cannot be
+            answered in time, unless the request says: ``"error"`` (an OpenAI-shaped
+            504/502/503) or ``"placeholder"`` (the gate's, marked as such).
     """
 
     def __init__(
@@ -78,10 +86,11 @@ class OpenAICompatBackend(Backend):
         max_tokens_field: str = "max_tokens",
         connect_timeout_s: float = 5.0,
         timeout_s: float = 60.0,
-        max_connections: int = 32,
+        max_connections: int = 64,
         transport: httpx.AsyncBaseTransport | None = None,
         name: str | None = None,
         endpoint: Endpoint = "chat",
+        on_timeout: str = "error",
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.model = model
@@ -91,9 +100,13 @@ class OpenAICompatBackend(Backend):
         self.connect_timeout_s = connect_timeout_s
         self.timeout_s = timeout_s
         self.endpoint: Endpoint = endpoint
+        self.on_timeout = on_timeout
+        self.max_connections = max_connections
         hdrs = {"Accept": "text/event-stream", **(headers or {})}
         if api_key:
             hdrs["Authorization"] = f"Bearer {api_key}"
+        self._pool_headers = [(k, v) for k, v in hdrs.items() if k.lower() != "accept"]
+        self._pool: Http1Pool | None = None
         self._client = httpx.AsyncClient(
             headers=hdrs,
             transport=transport,
@@ -158,31 +171,32 @@ class OpenAICompatBackend(Backend):
         async for _ in self.generate(gen):
             pass
 
-    async def open_chat(self, body: Mapping[str, Any], timeout_s: float) -> httpx.Response:
-        """POST ``body`` unchanged but for ``model`` (this backend's) to
-        ``{base_url}/chat/completions``: the response, any status, its body unread (read it
-        or ``aclose`` it). ``timeout_s`` bounds the connection and each read; the caller
-        holds the overall deadline. Raises ``TimeoutError`` or ``BackendUnavailable``."""
-        if timeout_s <= 0:
-            raise TimeoutError("budget spent before the request")
-        payload = {**body, "model": self.model}
-        accept = "text/event-stream" if payload.get("stream") else "application/json"
-        request = self._client.build_request(
-            "POST",
-            f"{self.base_url}/chat/completions",
-            json=payload,
-            headers={"Accept": accept},
-            timeout=httpx.Timeout(timeout_s, connect=min(self.connect_timeout_s, timeout_s)),
-        )
-        try:
-            return await self._client.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise TimeoutError(f"{type(exc).__name__} within the budget") from exc
-        except httpx.TransportError as exc:
-            raise BackendUnavailable(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+    def pool(self) -> Http1Pool:
+        """The passthrough's connection pool to this upstream (made on first use, inside
+        the event loop that uses it): at most ``max_connections`` connections."""
+        if self._pool is None:
+            self._pool = Http1Pool(
+                self.base_url,
+                size=self.max_connections,
+                connect_timeout_s=self.connect_timeout_s,
+                headers=self._pool_headers,
+                name=self.name,
+            )
+        return self._pool
+
+    async def send_chat(self, payload: bytes, stream: bool) -> Http1Response:
+        """POST ``payload`` (a JSON body, already encoded) to ``{base_url}/chat/completions``
+        through :meth:`pool`: the response, any status, once its head has come (read it,
+        then ``close`` it). The caller holds the deadline. Raises ``BackendUnavailable``
+        or ``TimeoutError`` (connecting)."""
+        accept = "text/event-stream" if stream else "application/json"
+        headers = (("Content-Type", "application/json"), ("Accept", accept))
+        return await self.pool().request("POST", "/chat/completions", payload, headers)
 
     async def aclose(self) -> None:
         await self._client.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
 
 
 async def _stream_deltas(resp: httpx.Response, budget: Budget | None) -> AsyncIterator[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -35,15 +36,19 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from rtgate.bench._bare_upstream import MODEL
+from rtgate.backends.http1 import Http1Pool
+from rtgate.bench._bare_upstream import MODEL, STREAM_CHUNKS
 from rtgate.bench._loadgen import open_loop
 from rtgate.bench.burst_client import read_answer
 from rtgate.bench.http import _cpu_s, _free_port, stop_process
 from rtgate.cli.output import show_table, write_json
+from rtgate.core.errors import BackendUnavailable
 
 __all__ = ["RATES", "app", "run"]
 
-RATES = (50.0, 100.0, 200.0, 500.0, 1000.0)
+RATES = (50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0)
+STREAM_CONCURRENCY = 8
+_JSON = (("Content-Type", "application/json"), ("Accept", "text/event-stream"))
 SUSTAINED_P99_MS = 50.0
 EXPECT = b'"chat.completion"'
 
@@ -54,10 +59,19 @@ def _pin(cpu: int | None) -> Any:
     return (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
 
 
-def _rtgate_config(upstream_port: int) -> str:
-    return f"""\
+def _rtgate_config(upstream_port: int, workers: int = 1) -> str:
+    shared = (  # several workers share jobs through the local Redis (rtgate serve's rule)
+        f'[delegation]\nbackend = "redis"\nurl = "redis://127.0.0.1:6379/0"\n'
+        f'prefix = "rtgate-bench-proxy-{os.getpid()}"\n'
+        if workers > 1
+        else ""
+    )
+    return (
+        shared
+        + f"""\
 [server]
 log_level = "warning"
+discover_routers = false
 default_budget_ms = 10000
 max_inflight = 4096
 [gate]
@@ -72,6 +86,7 @@ model = "{MODEL}"
 [resilience]
 cloud_capacity = 4096
 """
+    )
 
 
 @contextmanager
@@ -111,10 +126,35 @@ def _payload(port: int) -> list[bytes]:
     return [head.encode() + body.encode()]
 
 
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its children (``rtgate serve --workers N``)."""
+    total = _cpu_s(pid)
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    return total + sum(_cpu_s(int(k)) for k in kids)
+
+
+def _all_workers_up(url: str, workers: int, timeout_s: float = 120.0) -> None:
+    """Wait until ``workers`` distinct processes have answered ``url`` (``/healthz``)."""
+    pids: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=1.0) as client:
+        while len(pids) < workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(pids)} of {workers} rtgate workers answered")
+            try:
+                # a new connection each time, so the kernel may hand it to another worker
+                pids.add(int(client.get(url, headers={"Connection": "close"}).json()["pid"]))
+            except (httpx.HTTPError, KeyError, ValueError):
+                time.sleep(0.1)
+
+
 def _drive(pid: int, port: int, rate: float, seconds: float, connections: int) -> dict[str, Any]:
     """One open-loop run against the target on ``port``; its figures."""
     warmup_s = min(1.0, seconds / 4)
-    cpu0 = _cpu_s(pid)
+    cpu0 = _tree_cpu_s(pid)
     run = open_loop(
         "127.0.0.1", port, _payload(port), rate, seconds, warmup_s, connections, 10.0, EXPECT
     )
@@ -127,7 +167,7 @@ def _drive(pid: int, port: int, rate: float, seconds: float, connections: int) -
         "p99_ms": round(lat["p99"], 3),
         "achieved_rps": round(r["achieved_rps"], 1),
         "errors": r["error_count"],
-        "cpu_ms_per_request": round((_cpu_s(pid) - cpu0) / sent * 1000.0, 3),
+        "cpu_ms_per_request": round((_tree_cpu_s(pid) - cpu0) / sent * 1000.0, 3),
     }
 
 
@@ -154,6 +194,80 @@ async def _closed_loop(port: int, seconds: float, connections: int) -> float:
     return done / seconds
 
 
+def _stream_payload() -> bytes:
+    return json.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
+
+
+async def _streamed(port: int, requests: int, concurrency: int) -> dict[str, Any]:
+    """``requests`` streamed chat completions, ``concurrency`` at a time: the time to the
+    first content chunk and between content chunks, at the client."""
+    pool = Http1Pool(f"http://127.0.0.1:{port}/v1", size=concurrency)
+    payload = _stream_payload()
+    ttft: list[float] = []
+    gaps: list[float] = []
+    errors = 0
+    left = requests
+
+    async def one() -> None:
+        nonlocal errors
+        t0 = time.perf_counter()
+        resp = await pool.request("POST", "/chat/completions", payload, _JSON)
+        try:
+            if resp.status != 200:
+                errors += 1
+                return
+            seen: list[float] = []
+            buf = b""
+            async for piece in resp:
+                now = time.perf_counter()
+                buf += piece
+                *events, buf = buf.split(b"\n\n")
+                seen += [now for e in events if b'"content"' in e]
+            if len(seen) != STREAM_CHUNKS:
+                errors += 1
+                return
+            ttft.append((seen[0] - t0) * 1000.0)
+            gaps.extend((b - a) * 1000.0 for a, b in itertools.pairwise(seen))
+        finally:
+            resp.close()
+
+    async def worker() -> None:
+        nonlocal left, errors
+        while left > 0:
+            left -= 1
+            try:
+                await one()
+            except (BackendUnavailable, TimeoutError):
+                errors += 1
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        await pool.aclose()
+    return {
+        "requests": requests,
+        "errors": errors,
+        "ttft_p50_ms": _pct(ttft, 50),
+        "ttft_p99_ms": _pct(ttft, 99),
+        "itl_p50_ms": _pct(gaps, 50),
+        "itl_p99_ms": _pct(gaps, 99),
+    }
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q / 100.0))], 3)
+
+
 def litellm_command() -> str | None:
     """LiteLLM's proxy command: ``$RTGATE_BENCH_LITELLM`` (its own virtualenv's
     ``bin/litellm``: LiteLLM pins versions rtgate's may not share), else ``litellm`` on
@@ -165,8 +279,11 @@ def litellm_command() -> str | None:
     return found if found and importlib.util.find_spec("litellm") is not None else None
 
 
-def _targets(stack: ExitStack, tmp: Path, cpus: tuple[int | None, int | None]) -> dict[str, Any]:
-    """Start the upstream, rtgate and (if installed) LiteLLM; ``{name: (pid, port)}``."""
+def _targets(
+    stack: ExitStack, tmp: Path, cpus: tuple[int | None, int | None], workers: int = 1
+) -> dict[str, Any]:
+    """Start the upstream, rtgate (``workers`` processes: unpinned when more than one) and
+    (if installed) LiteLLM; ``{name: (pid, port)}``."""
     gen_cpu, target_cpu = cpus
     up_port = _free_port()
     up_cmd = [sys.executable, "-m", "rtgate.bench._bare_upstream", str(up_port)]
@@ -174,15 +291,17 @@ def _targets(stack: ExitStack, tmp: Path, cpus: tuple[int | None, int | None]) -
     up_pid = stack.enter_context(_process(up_cmd, gen_cpu, tmp / "upstream.log", up_url))
     out: dict[str, Any] = {"upstream": (up_pid, up_port)}
     cfg = tmp / "rtgate.toml"
-    cfg.write_text(_rtgate_config(up_port), encoding="utf-8")
+    cfg.write_text(_rtgate_config(up_port, workers), encoding="utf-8")
     port = _free_port()
     cmd = [sys.executable, "-m", "rtgate.cli.serve", "serve", "--config", str(cfg)]
-    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
     ready = f"http://127.0.0.1:{port}/healthz"
+    rt_cpu = target_cpu if workers == 1 else None
     out["rtgate"] = (
-        stack.enter_context(_process(cmd, target_cpu, tmp / "rtgate.log", ready)),
+        stack.enter_context(_process(cmd, rt_cpu, tmp / "rtgate.log", ready)),
         port,
     )
+    _all_workers_up(ready, workers)
     litellm = litellm_command()
     if litellm is None:
         out["litellm"] = None
@@ -224,25 +343,46 @@ def _summary(report: dict[str, Any], rates: Sequence[float]) -> None:
             }
 
 
+def _stream_added(report: dict[str, Any]) -> None:
+    """What each gateway adds to the upstream's time to first chunk and between chunks."""
+    streamed = report["streamed"]
+    base = streamed.get("upstream")
+    report["stream_added_ms"] = {}
+    if not base:
+        return
+    for name, m in streamed.items():
+        if name == "upstream":
+            continue
+        report["stream_added_ms"][name] = {
+            k: round(m[k] - base[k], 3) if m[k] is not None and base[k] is not None else None
+            for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
+        }
+
+
 def _sustained(m: dict[str, Any], rate: float) -> bool:
     fast = float(m["p99_ms"]) <= SUSTAINED_P99_MS and int(m["errors"]) == 0
     return fast and float(m["achieved_rps"]) >= 0.95 * rate
 
 
 def run(
-    rates: Sequence[float] = RATES, seconds: float = 10.0, connections: int = 64
+    rates: Sequence[float] = RATES,
+    seconds: float = 10.0,
+    connections: int = 64,
+    stream_requests: int = 200,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Start the servers, drive each at each rate and at capacity; the report."""
     two = (os.cpu_count() or 1) >= 2
     cpus: tuple[int | None, int | None] = (0, 1) if two else (None, None)
     report: dict[str, Any] = {"rates": list(rates), "seconds": seconds, "pinned": two}
-    report |= {"connections": connections, "targets": {}, "max_throughput": {}}
+    report |= {"connections": connections, "targets": {}, "max_throughput": {}, "streamed": {}}
+    report["rtgate_workers"] = workers
     with tempfile.TemporaryDirectory(prefix="rtgate-bench-proxy-") as tmp, ExitStack() as stack:
         if two:  # the generator shares the upstream's core; this process's affinity after
             before = os.sched_getaffinity(0)
             stack.callback(os.sched_setaffinity, 0, before)
             os.sched_setaffinity(0, {0})
-        for name, started in _targets(stack, Path(tmp), cpus).items():
+        for name, started in _targets(stack, Path(tmp), cpus, workers).items():
             if started is None:
                 report["targets"][name] = (
                     "not installed (the bench-litellm extra, or RTGATE_BENCH_LITELLM)"
@@ -253,7 +393,11 @@ def run(
             report["targets"][name] = by_rate
             cap = asyncio.run(_closed_loop(port, min(seconds, 5.0), connections))
             report["max_throughput"][name] = round(cap, 1)
+            if stream_requests:
+                streamed = _streamed(port, stream_requests, STREAM_CONCURRENCY)
+                report["streamed"][name] = asyncio.run(streamed)
     _summary(report, rates)
+    _stream_added(report)
     return report
 
 
@@ -262,10 +406,16 @@ def proxy(
     rate: Annotated[list[float] | None, typer.Option(help="arrival rates (repeat)")] = None,
     seconds: Annotated[float, typer.Option(min=1, help="measured seconds per rate")] = 10.0,
     connections: Annotated[int, typer.Option(min=1, help="keep-alive connections")] = 64,
+    streams: Annotated[
+        int, typer.Option(min=0, help="streamed requests per target (0: none)")
+    ] = 200,
+    workers: Annotated[
+        int, typer.Option(min=1, help="rtgate serve --workers (> 1: jobs on the local Redis)")
+    ] = 1,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
 ) -> None:
     """rtgate as a proxy next to the bare upstream and LiteLLM: latency added, capacity."""
-    report = run(rate or RATES, seconds, connections)
+    report = run(rate or RATES, seconds, connections, streams, workers)
     rows = []
     for name, by_rate in report["targets"].items():
         if not isinstance(by_rate, dict):
@@ -277,5 +427,10 @@ def proxy(
                          "ms CPU"))  # fmt: skip
         rows.append((f"{name} sustained / max", f"{report['sustained_rps'][name]:g} / "
                      f"{report['max_throughput'][name]:g} req/s"))  # fmt: skip
+    for name, m in report["streamed"].items():
+        rows.append((f"{name} streamed", f"TTFT p50 {m['ttft_p50_ms']} / p99 "
+                     f"{m['ttft_p99_ms']} ms, "
+                     f"between chunks p50 {m['itl_p50_ms']} / p99 {m['itl_p99_ms']} ms, "
+                     f"{m['errors']} errors"))  # fmt: skip
     show_table("rtgate bench proxy", rows)
     write_json(report, json_out)

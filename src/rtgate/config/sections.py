@@ -61,6 +61,11 @@ class ServerConfig:
     max_inflight: int = setting(256, ge=1)
     shed_margin_ms: float = setting(5.0, ge=0)
     overload: str = setting("placeholder", choices=("placeholder", "error"))
+    # a passthrough request (a named upstream model) that waited longer than this in the
+    # process before it could be sent upstream (or whose budget has less than
+    # shed_margin_ms left) is refused at once, 503 overloaded with Retry-After, never sent
+    # late (or answered with the placeholder when it asked for one)
+    max_queue_ms: float = setting(250.0, gt=0)
     graceful_shutdown_s: int = setting(5, ge=0)
     log_level: str = setting("info", choices=("critical", "error", "warning", "info", "debug"))
     access_log: bool = False

@@ -81,6 +81,8 @@ class Background:
         aclose = getattr(stream, "aclose", None)
         if aclose is None or getattr(stream, "ag_running", False):
             return
+        if hasattr(stream, "ag_frame") and stream.ag_frame is None:
+            return  # it has ended already (answered, declined, failed): nothing to close
         self.spawn(_call(aclose))
 
     def abandon(self, task: asyncio.Future[Any], stream: AsyncIterator[Any]) -> None:

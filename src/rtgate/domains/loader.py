@@ -7,6 +7,10 @@ trained on the whole corpus by ``rtgate intents train``). A model whose recorded
 digest differs from the corpus is stale: :func:`load_classifier` retrains it in memory.
 Another domain is the same four files in another folder (``data_dir=``).
 
+``telecom/`` (:data:`TELECOM_DIR`) is the telecom customer-service domain the voice agent
+answers from (:mod:`rtgate.domains.knowledge`); its intents are the keys of its own
+``intents.json`` (:func:`domain_intents`), as for any domain but ``cards``.
+
 Optional beside them: ``judge.json``, the calibrated "can the fast path answer this?"
 model (:func:`load_judge`, fitted by ``rtgate intents judge`` on ``asks-tune.jsonl``),
 and ``asks-eval.jsonl``, asks it is measured on and never fitted to (:func:`load_asks`).
@@ -34,10 +38,12 @@ __all__ = [
     "DATA_DIR",
     "GENERIC_JUDGE",
     "INTENTS",
+    "TELECOM_DIR",
     "Ask",
     "AskKind",
     "build_answers",
     "corpus_digest",
+    "domain_intents",
     "familiarity",
     "judge_path",
     "load_asks",
@@ -56,6 +62,7 @@ __all__ = [
 ]
 
 DATA_DIR = Path(__file__).parent / "cards"
+TELECOM_DIR = Path(__file__).parent / "telecom"
 GENERIC_JUDGE = Path(__file__).parent / "generic" / "judge.json"
 """A judge that reads the text's complexity signals only (no domain): several parts,
 questions, conditions. Fitted by ``rtgate intents judge`` on the cards domain's tuning
@@ -81,8 +88,23 @@ class Ask:
     intent: str | None = None
 
 
+def domain_intents(data_dir: Path = DATA_DIR) -> tuple[str, ...]:
+    """The intent ids of a domain: :data:`INTENTS` for ``cards``, else the keys of the
+    domain's ``intents.json``."""
+    if data_dir == DATA_DIR:
+        return INTENTS
+    path = data_dir / "intents.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))["intents"]
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: malformed intents file: {e}") from e
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{path}: no intents")
+    return tuple(str(k) for k in raw)
+
+
 def load_corpus(data_dir: Path = DATA_DIR) -> list[Example]:
-    return load_examples(data_dir / "corpus.jsonl", intents=INTENTS)
+    return load_examples(data_dir / "corpus.jsonl", intents=domain_intents(data_dir))
 
 
 def corpus_digest(data_dir: Path = DATA_DIR) -> str:
@@ -160,7 +182,8 @@ def judge_path(data_dir: Path = DATA_DIR) -> Path:
 def vocabulary(data_dir: Path = DATA_DIR) -> Vocabulary:
     """The words the domain uses: its corpus and its templates' suggestions."""
     texts = [e.text for e in load_corpus(data_dir)]
-    texts += [c.text for t in load_templates(data_dir).templates for c in t.candidates]
+    if (data_dir / "templates.json").exists():
+        texts += [c.text for t in load_templates(data_dir).templates for c in t.candidates]
     return Vocabulary.from_texts(texts)
 
 

@@ -51,6 +51,12 @@ class Executor:
         started = clock()
         att = Attempt(tier.name, "declined", predicted, (started - t0) * 1000.0)
         run.trace.attempts.append(att)
+        if tier.instant and hedge is None:
+            event = self._instant(run, tier, att, started)
+            if event is not None:
+                yield event
+            self.metrics.attempt(tier.name, att.outcome)
+            return
         agen: Stream = tier.stream(run.request, run.tier_budget)
         first: Piece | None = None
         try:
@@ -95,6 +101,28 @@ class Executor:
                 for p, t in zip(run.pieces, run.times, strict=True):
                     yield TokenEvent(p.text, p.data, t)
         self.metrics.attempt(tier.name, att.outcome)
+
+    def _instant(self, run: Run, tier: Tier, att: Attempt, started: float) -> TokenEvent | None:
+        """An instant tier's answer (:attr:`Tier.instant`): one call, no task or timer."""
+        try:
+            piece = tier.answer_now(run.request)
+        except Declined as e:
+            att.detail = str(e)
+            return None
+        except Exception as e:  # a failing tier must not fail the request
+            att.outcome, att.detail = "error", error_detail(e)
+            return None
+        t0 = run.budget.start
+        now = run.budget.clock()
+        t_ms = (now - t0) * 1000.0
+        att.first_ms = att.ended_ms = t_ms
+        att.outcome = "answered"
+        run.answered = tier
+        run.pieces.append(piece)
+        run.times.append(t_ms)
+        took = (now - started) * 1000.0
+        self.choice.lineup.models[tier.name].observe(took, took)
+        return TokenEvent(piece.text, piece.data, t_ms)
 
     async def _first(self, agen: Stream, cutoff: float, predicted: float) -> Piece:
         """The first piece by ``cutoff`` or ``TimeoutError``: in place for a tier

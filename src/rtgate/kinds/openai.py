@@ -33,6 +33,12 @@ class OpenAISection:
     quality: int = 80
     ttft_p99_ms: float | None = setting(None, gt=0)
     endpoint: str = setting("chat", choices=("chat", "completions"))  # what warm-up calls
+    # connections open at once to this upstream, per worker (each pool: the passthrough's
+    # and the gate's own calls); requests past it wait, within their budgets
+    max_connections: int = setting(64, ge=1)
+    # a passthrough request that cannot be answered in time, unless it says: an error
+    # (504/502/503) or the gate's placeholder, marked as such
+    on_timeout: str = setting("error", choices=("error", "placeholder"))
 
 
 def check(section: OpenAISection) -> None:
@@ -59,6 +65,8 @@ def build(section: OpenAISection, context: BuildContext) -> Built:
         section.model,
         key,
         timeout_s=section.timeout_s,
+        max_connections=section.max_connections,
+        on_timeout=section.on_timeout,
         endpoint="completions" if section.endpoint == "completions" else "chat",
     )
     tier = LLMTier(

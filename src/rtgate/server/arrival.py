@@ -19,9 +19,10 @@ asking. So the arrival is stamped as early as the process can see it:
 from __future__ import annotations
 
 from starlette.requests import HTTPConnection
+from starlette.types import Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["ARRIVAL", "StampedHttpTools", "arrival_of"]
+__all__ = ["ARRIVAL", "StampedHttpTools", "arrival_in", "arrival_of"]
 
 ARRIVAL = "rtgate.arrival"
 
@@ -36,5 +37,10 @@ class StampedHttpTools(HttpToolsProtocol):
 
 def arrival_of(conn: HTTPConnection) -> float | None:
     """The request's arrival on the loop's clock, if stamped."""
-    t = conn.scope.get("state", {}).get(ARRIVAL)
+    return arrival_in(conn.scope)
+
+
+def arrival_in(scope: Scope) -> float | None:
+    """:func:`arrival_of` for an ASGI scope."""
+    t = scope.get("state", {}).get(ARRIVAL)
     return t if isinstance(t, float) else None

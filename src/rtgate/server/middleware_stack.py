@@ -8,6 +8,8 @@ default, outermost first::
     CORSMiddleware             only when cors_origins lists some (exact origins)
     BodyLimitMiddleware        413 past server.max_body_bytes (the server's only one)
     APIKeyMiddleware           only with api_keys_file: 401 / 429 before any work
+    PassthroughLane            a chat completion for a named upstream, answered without
+                               the routing (server/lane.py); anything else goes on
 
 CORS sits outside the key check so a browser can read a 401, and preflights pass. Without
 ``api_keys_file`` the server is **open**: anyone who reaches it may use it. It says so in
@@ -37,6 +39,7 @@ from rtgate.security import (
     install_redaction,
 )
 from rtgate.server.door import FrontDoor
+from rtgate.server.lane import PassthroughLane
 
 __all__ = [
     "OPEN_NOTE",
@@ -77,6 +80,7 @@ def server_middleware(config: Config, keys: KeyStore | None = None) -> list[Midd
     stack.append(Middleware(BodyLimitMiddleware, max_bytes=config.server.max_body_bytes))
     if store is not None:
         stack.append(Middleware(APIKeyMiddleware, store=store, exempt=sec.open_paths))
+    stack.append(Middleware(PassthroughLane))
     return stack
 
 

@@ -114,12 +114,12 @@ async def chat_completions(
     st: Annotated[ServerState, Depends(state)],
     x_budget_ms: Annotated[str | None, Header()] = None,
 ) -> Response:
-    upstream = passthrough.named_upstreams(st.gate).get(body.model)
+    upstream = passthrough.upstreams(st).get(body.model)
     if upstream is not None and body.model not in st.config.server.models:
-        key = api_key(http)
+        key = api_key(http)  # the lane (server/lane.py) answers these first, when installed
         budget = st.budget_ms(x_budget_ms, body.budget_ms, key)
-        raw = await http.json()
-        return await passthrough.forward(st, upstream, http, raw, budget, key)
+        prep = passthrough.prepare(st, upstream, await http.json(), budget, key)
+        return passthrough.AsgiAnswer(st, prep)
     if body.model not in st.config.server.models:
         known = ", ".join([*st.config.server.models, *passthrough.named_upstreams(st.gate)])
         raise ApiError(

@@ -14,7 +14,9 @@ upstream fails, the answer is an OpenAI-shaped error: ``504 upstream_timeout``,
 ``502 upstream_error``, ``503 upstream_unavailable`` (the circuit is open or the upstream
 said 503; with ``Retry-After``). The upstream's ``429`` (with its ``Retry-After``) and
 other 4xx answers are passed through. With ``"rtgate": {"on_timeout": "placeholder"}`` in
-the body, a timeout or failure is answered with the gate's placeholder instead.
+the body (or ``on_timeout = "placeholder"`` in the upstream's tier settings, which a
+request's own choice overrides), a timeout or failure is answered with the gate's
+placeholder instead, marked as such.
 """
 
 from __future__ import annotations
@@ -28,26 +30,34 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-from starlette.requests import Request as HttpRequest
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
+from rtgate.backends.http1 import Http1Response
 from rtgate.backends.openai_compat import OpenAICompatBackend
 from rtgate.core.budget import Budget
-from rtgate.core.errors import ApiError, BackendUnavailable
+from rtgate.core.errors import ApiError, BackendUnavailable, ClientGone
 from rtgate.gate import Gate
 from rtgate.resilience import BreakerTier, TierWrapper
 from rtgate.resilience.breaker import CircuitBreaker, Outcome, Permit
 from rtgate.security.keys import KeyRecord
-from rtgate.server.arrival import arrival_of
+from rtgate.server.arrival import arrival_in
 from rtgate.server.error_responses import error_body, error_response
 from rtgate.server.state import ServerState
-from rtgate.server.streams import json_response, sse, sse_response, unless_disconnected
+from rtgate.server.streams import json_response, sse, sse_response, watch_disconnect
 from rtgate.tiers.base import Tier
 from rtgate.tiers.llm import LLMTier
 from rtgate.tiers.remember import RememberAnswers
 
-__all__ = ["Upstream", "forward", "named_upstreams"]
+__all__ = [
+    "AsgiAnswer",
+    "Prepared",
+    "Upstream",
+    "answer",
+    "named_upstreams",
+    "prepare",
+    "upstreams",
+]
 
 _OWN_FIELDS = frozenset({"budget_ms", "delegate", "rtgate"})
 _ON_TIMEOUT = ("error", "placeholder")
@@ -60,6 +70,10 @@ class Upstream:
     tier: str
     backend: OpenAICompatBackend
     breaker: CircuitBreaker | None
+
+    @property
+    def route_header(self) -> bytes:
+        return self.tier.encode("latin-1", "replace")
 
 
 def _upstream_of(tier: Tier) -> Upstream | None:
@@ -84,6 +98,14 @@ def named_upstreams(gate: Gate) -> dict[str, Upstream]:
     return out
 
 
+def upstreams(st: ServerState) -> dict[str, Upstream]:
+    """:func:`named_upstreams` of the server's gate, found once (its tiers do not change)."""
+    found = st.upstream_cache
+    if found is None:
+        found = st.upstream_cache = named_upstreams(st.gate)
+    return found
+
+
 class _Failed(Exception):
     """The upstream could not answer: an error (or, when asked for, the placeholder)."""
 
@@ -104,6 +126,7 @@ class _Call:
     budget: Budget
     permit: Permit | None
     ended: bool = False
+    sent: float = 0.0  # when it went upstream, on the budget's clock
 
     def end(self, outcome: Outcome, ttft_ms: float | None = None) -> None:
         if self.ended:
@@ -116,6 +139,11 @@ class _Call:
             self.st.gate.metrics.record(
                 self.up.tier, ttft_ms=ttft_ms, e2e_ms=e2e, budget_ms=self.budget.budget_ms
             )
+            model = self.st.gate.models.get(self.up.tier)
+            if model is not None:  # what the gate learns of the tier, for `auto` requests
+                upstream_ms = (self.budget.clock() - self.sent) * 1000.0
+                first = upstream_ms if ttft_ms is None else ttft_ms - (e2e - upstream_ms)
+                model.observe(first, upstream_ms)
 
     def timed_out(self) -> _Failed:
         breaker = self.up.breaker
@@ -125,11 +153,13 @@ class _Call:
         return _Failed(504, "upstream_timeout", message, "failure" if late else "neutral", None)
 
 
-def _policy(raw: dict[str, Any]) -> str:
+def _policy(raw: dict[str, Any], default: str) -> str:
+    """The request's ``rtgate.on_timeout``, else the upstream's (``on_timeout`` in its
+    tier's settings: ``error`` unless configured)."""
     opts = raw.get("rtgate")
     if opts is None:
-        return "error"
-    on_timeout = opts.get("on_timeout", "error") if isinstance(opts, dict) else None
+        return default
+    on_timeout = opts.get("on_timeout", default) if isinstance(opts, dict) else None
     if on_timeout not in _ON_TIMEOUT:
         raise ApiError(
             400, "invalid_request", "rtgate.on_timeout must be 'error' or 'placeholder'", "rtgate"
@@ -155,66 +185,109 @@ def _limit_tokens(st: ServerState, raw: dict[str, Any], key: KeyRecord | None) -
             raw["max_tokens"] = key.policy.max_tokens
 
 
-async def forward(
-    st: ServerState,
-    up: Upstream,
-    http: HttpRequest,
-    raw: dict[str, Any],
-    budget_ms: float,
-    key: KeyRecord | None,
-) -> Response:
-    """Answer ``raw`` (the client's JSON body) from ``up`` within ``budget_ms``."""
-    policy = _policy(raw)
+@dataclass(slots=True)
+class Prepared:
+    """A passthrough request checked and ready to send: what :func:`answer` needs."""
+
+    up: Upstream
+    payload: bytes
+    stream: bool
+    policy: str
+    budget_ms: float
+
+
+def prepare(
+    st: ServerState, up: Upstream, raw: dict[str, Any], budget_ms: float, key: KeyRecord | None
+) -> Prepared:
+    """Check ``raw`` (the client's JSON body) for rtgate's own rules (``rtgate.on_timeout``,
+    the ``max_tokens`` caps) and encode what goes upstream: the body as sent, less rtgate's
+    fields, with the upstream's ``model``. Raises ``ApiError`` or ``KeyLimitExceeded``."""
+    policy = _policy(raw, up.backend.on_timeout)
     _limit_tokens(st, raw, key)
     body = {k: v for k, v in raw.items() if k not in _OWN_FIELDS}
-    stream = bool(raw.get("stream"))
-    budget = Budget(budget_ms, start=arrival_of(http))
-    permit = up.breaker.allow() if up.breaker is not None else None
+    body["model"] = up.backend.model
+    payload = json.dumps(body, separators=(",", ":")).encode()  # ASCII: any text survives
+    return Prepared(up, payload, bool(raw.get("stream")), policy, budget_ms)
+
+
+async def answer(
+    st: ServerState, prep: Prepared, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Answer ``prep`` from its upstream within its budget (counted from the request's
+    arrival), as an ASGI app: the upstream's answer relayed, or an OpenAI-shaped error (or
+    the placeholder, when asked for). A client that leaves cancels the upstream call."""
+    up = prep.up
+    budget = Budget(prep.budget_ms, start=arrival_in(scope))
+    s = st.config.server
+    waited = budget.elapsed_ms()
+    late = waited > s.max_queue_ms or budget.left_ms() < s.shed_margin_ms
+    permit = up.breaker.allow() if up.breaker is not None and not late else None
     call = _Call(st, up, budget, permit)
     try:
+        if late:  # this process is behind: refuse now rather than answer late
+            message = f"rtgate is overloaded: the request waited {waited:.0f} ms to be sent"
+            raise _Failed(503, "overloaded", message, "neutral", "1")
         if up.breaker is not None and permit is None:
             wait = max(1, math.ceil(up.breaker.open_until - up.breaker.clock()))
             message = f"{up.tier}: circuit open"
             raise _Failed(503, "upstream_unavailable", message, "neutral", str(wait))
-        if stream:
-            return await _streamed(call, body)
-        work = _whole(call, body)
-        if budget_ms <= st.config.server.watch_disconnect_ms:
-            return await work
-        return await unless_disconnected(http, work)
+        work = _streamed(call, prep, send) if prep.stream else _whole(call, prep, send)
+        if not prep.stream and prep.budget_ms <= st.config.server.watch_disconnect_ms:
+            await work
+        else:
+            await watch_disconnect(receive, work)
+    except _Passed as p:
+        call.end("neutral")
+        await p.response(up)(scope, receive, send)
     except _Failed as f:
         call.end(f.outcome)
-        if policy == "placeholder":
-            return _placeholder(call, f, stream)
+        if prep.policy == "placeholder":
+            await _placeholder(call, f, prep.stream)(scope, receive, send)
+            return
         headers = {"X-Rtgate-Route": up.tier}
         if f.retry_after is not None:
             headers["Retry-After"] = f.retry_after
-        return error_response(f.status, f.code, f.message, **headers)
+        await error_response(f.status, f.code, f.message, **headers)(scope, receive, send)
+    except ClientGone:
+        call.end("neutral")  # nobody to answer: no verdict on the upstream
     except BaseException:
-        call.end("neutral")  # the client left, or a bug: no verdict on the upstream
+        call.end("neutral")  # a bug, or the server stopping: no verdict on the upstream
         raise
 
 
-async def _open(call: _Call, body: dict[str, Any]) -> httpx.Response:
+class AsgiAnswer(Response):
+    """A Starlette response that runs :func:`answer` (for the routed path)."""
+
+    def __init__(self, st: ServerState, prep: Prepared) -> None:
+        super().__init__()
+        self.st, self.prep = st, prep
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await answer(self.st, self.prep, scope, receive, send)
+
+
+async def _open(call: _Call, prep: Prepared) -> Http1Response:
     """The upstream's response (200, body unread), or :class:`_Failed`. Other answers:
     4xx (429 included) are raised as a :class:`_Passed` to relay as they are."""
-    backend = call.up.backend
+    call.sent = call.budget.clock()
     try:
-        resp = await backend.open_chat(body, backend.timeout_s)
+        resp = await call.up.backend.send_chat(prep.payload, prep.stream)
     except BackendUnavailable as e:
         raise _Failed(502, "upstream_error", str(e), "failure", None) from None
-    if resp.status_code == 200:
+    if resp.status == 200:
         return resp
     try:
-        content = await resp.aread()
+        content = await resp.read()
+    except BackendUnavailable:
+        content = b""
     finally:
-        await resp.aclose()
-    code = resp.status_code
+        resp.close()
+    code = resp.status
     if 400 <= code < 500 and code not in (401, 403):
-        raise _Passed(code, content, resp.headers)
+        raise _Passed(code, content, resp)
     detail = f"{call.up.tier}: HTTP {code} from the upstream: {_detail(content)}"
     if code == 503:
-        retry = resp.headers.get("retry-after", "1")
+        retry = (resp.header(b"retry-after") or b"1").decode("latin-1")
         raise _Failed(503, "upstream_unavailable", detail, "failure", retry)
     raise _Failed(502, "upstream_error", detail, "failure", None)
 
@@ -222,17 +295,17 @@ async def _open(call: _Call, body: dict[str, Any]) -> httpx.Response:
 class _Passed(Exception):
     """An upstream answer relayed as it is (a 4xx: the request's fault, or 429)."""
 
-    def __init__(self, status: int, content: bytes, headers: httpx.Headers) -> None:
+    def __init__(self, status: int, content: bytes, resp: Http1Response) -> None:
         super().__init__(status)
-        self.status, self.content, self.headers = status, content, headers
+        self.status, self.content = status, content
+        self.retry_after = resp.header(b"retry-after")
+        self.ctype = (resp.header(b"content-type") or b"application/json").decode("latin-1")
 
-    def response(self, call: _Call) -> Response:
-        call.end("neutral")
-        out = {"X-Rtgate-Route": call.up.tier}
-        if "retry-after" in self.headers:
-            out["Retry-After"] = self.headers["retry-after"]
-        ctype = self.headers.get("content-type", "application/json")
-        return Response(self.content, self.status, headers=out, media_type=ctype)
+    def response(self, up: Upstream) -> Response:
+        out = {"X-Rtgate-Route": up.tier}
+        if self.retry_after is not None:
+            out["Retry-After"] = self.retry_after.decode("latin-1")
+        return Response(self.content, self.status, headers=out, media_type=self.ctype)
 
 
 def _detail(content: bytes) -> str:
@@ -243,71 +316,80 @@ def _detail(content: bytes) -> str:
         return content[:300].decode("utf-8", "replace")
 
 
-async def _whole(call: _Call, body: dict[str, Any]) -> Response:
-    resp: httpx.Response | None = None
+def _head(call: _Call, resp: Http1Response, length: int | None) -> dict[str, Any]:
+    headers = resp.end_to_end_headers()
+    headers.append((b"x-rtgate-route", call.up.route_header))
+    if length is not None:
+        headers.append((b"content-length", str(length).encode()))
+    return {"type": "http.response.start", "status": 200, "headers": headers}
+
+
+async def _whole(call: _Call, prep: Prepared, send: Send) -> None:
+    resp: Http1Response | None = None
     try:
         async with asyncio.timeout(call.budget.left_s()):
-            resp = await _open(call, body)
-            content = await resp.aread()
-    except _Passed as p:
-        return p.response(call)
+            resp = await _open(call, prep)
+            content = await resp.read()
     except TimeoutError:
         raise call.timed_out() from None
-    except httpx.HTTPError as e:
-        message = f"{call.up.tier}: {type(e).__name__} reading the answer"
+    except BackendUnavailable as e:
+        message = f"{call.up.tier}: {e} (reading the answer)"
         raise _Failed(502, "upstream_error", message, "failure", None) from None
     finally:
         if resp is not None:
-            await resp.aclose()
+            resp.close()
     call.end("success")
-    ctype = resp.headers.get("content-type", "application/json")
-    return Response(content, 200, headers={"X-Rtgate-Route": call.up.tier}, media_type=ctype)
+    await send(_head(call, resp, len(content)))
+    await send({"type": "http.response.body", "body": content})
 
 
-async def _streamed(call: _Call, body: dict[str, Any]) -> Response:
-    resp: httpx.Response | None = None
+async def _streamed(call: _Call, prep: Prepared, send: Send) -> None:
+    resp: Http1Response | None = None
     try:
         async with asyncio.timeout(call.budget.left_s()):
-            resp = await _open(call, body)
-            chunks = resp.aiter_bytes()
+            resp = await _open(call, prep)
+            chunks = aiter(resp)
             first = await anext(chunks, b"")
-    except _Passed as p:
-        return p.response(call)
     except BaseException as e:
         if resp is not None:
-            await resp.aclose()
+            resp.close()
         if isinstance(e, TimeoutError):
             raise call.timed_out() from None
-        if isinstance(e, httpx.HTTPError):
-            message = f"{call.up.tier}: {type(e).__name__} before the first bytes"
+        if isinstance(e, BackendUnavailable):
+            message = f"{call.up.tier}: {e} (before the first bytes)"
             raise _Failed(502, "upstream_error", message, "failure", None) from None
         raise
     ttft = call.budget.elapsed_ms()
-    ctype = resp.headers.get("content-type", "text/event-stream")
-    return StreamingResponse(
-        _relay(call, resp, first, chunks, ttft),
-        media_type=ctype,
-        headers={"Cache-Control": "no-cache", "X-Rtgate-Route": call.up.tier},
-    )
-
-
-async def _relay(
-    call: _Call, resp: httpx.Response, first: bytes, chunks: AsyncIterator[bytes], ttft: float
-) -> AsyncIterator[bytes]:
     outcome: Outcome = "neutral"
     try:
+        head = _head(call, resp, None)
+        head["headers"].append((b"cache-control", b"no-cache"))
+        await send(head)
         if first:
-            yield first
-        async for chunk in chunks:
-            yield chunk
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+        idle_s = call.up.backend.timeout_s  # the most between two chunks
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(loop.time() + idle_s) as quiet:
+            async for chunk in chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                quiet.reschedule(loop.time() + idle_s)
         outcome = "success"
-    except httpx.HTTPError as e:
+    except TimeoutError:
         outcome = "failure"
-        message = f"{call.up.tier}: the stream broke: {type(e).__name__}"
-        yield sse(None, error_body(502, "upstream_error", message))
+        message = f"{call.up.tier}: the stream stalled for {call.up.backend.timeout_s:g} s"
+        await send(_stream_error(message))
+    except BackendUnavailable as e:
+        outcome = "failure"
+        await send(_stream_error(f"{call.up.tier}: the stream broke: {e}"))
     finally:
-        await resp.aclose()
+        resp.close()
         call.end(outcome, ttft_ms=ttft)
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _stream_error(message: str) -> dict[str, Any]:
+    event = sse(None, error_body(502, "upstream_error", message))
+    return {"type": "http.response.body", "body": event, "more_body": True}
 
 
 def _placeholder(call: _Call, failed: _Failed, stream: bool) -> Response:

@@ -21,6 +21,7 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 from starlette.requests import Request as HttpRequest
+from starlette.types import Scope
 
 from rtgate.assembly.build import Assembly
 from rtgate.config.loader import Config
@@ -51,7 +52,12 @@ DEFAULT_MAX_TOKENS = 128
 
 def api_key(conn: HTTPConnection) -> KeyRecord | None:
     """The verified API key of a request or WebSocket (``None`` when keys are off)."""
-    rec = conn.scope.get("state", {}).get("api_key")
+    return key_in(conn.scope)
+
+
+def key_in(scope: Scope) -> KeyRecord | None:
+    """:func:`api_key` for an ASGI scope."""
+    rec = scope.get("state", {}).get("api_key")
     return rec if isinstance(rec, KeyRecord) else None
 
 
@@ -78,6 +84,7 @@ class ServerState:
     fleet: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
     max_background: int = 1024
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    upstream_cache: dict[str, Any] | None = None  # passthrough.upstreams fills it once
 
     @property
     def gate(self) -> Gate:

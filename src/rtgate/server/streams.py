@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive
 
 from rtgate.core.errors import ClientGone
 from rtgate.gate import GateResult
@@ -30,6 +31,7 @@ __all__ = [
     "sse",
     "sse_response",
     "unless_disconnected",
+    "watch_disconnect",
 ]
 
 T = TypeVar("T")
@@ -104,9 +106,9 @@ async def follow_job(job: Awaitable[Job], ping_s: float) -> AsyncIterator[bytes]
 
 
 async def _cancel_on_disconnect(
-    request: Request, task: asyncio.Task[Any], gone: list[bool]
+    receive: Receive, task: asyncio.Task[Any], gone: list[bool]
 ) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
+    while (await receive())["type"] != "http.disconnect":
         pass
     gone.append(True)
     task.cancel()
@@ -114,7 +116,12 @@ async def _cancel_on_disconnect(
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """``await work``, cancelling it and raising :class:`ClientGone` if the client leaves
-    first. Call it after the body has been read.
+    first. Call it after the body has been read."""
+    return await watch_disconnect(request.receive, work)
+
+
+async def watch_disconnect(receive: Receive, work: Awaitable[T]) -> T:
+    """:func:`unless_disconnected` on an ASGI ``receive``.
 
     One watcher task per request, which cancels the request's own task on
     ``http.disconnect`` (cheaper than racing two tasks: this is on the hot path).
@@ -122,7 +129,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     task = asyncio.current_task()
     assert task is not None
     gone: list[bool] = []
-    watcher = asyncio.ensure_future(_cancel_on_disconnect(request, task, gone))
+    watcher = asyncio.ensure_future(_cancel_on_disconnect(receive, task, gone))
     try:
         return await work
     except asyncio.CancelledError:

@@ -24,15 +24,24 @@ class Tier(ABC):
         name: unique within a gate; appears in routes, traces and metrics.
         quality: rank used by the gate; a higher rank is preferred when it fits the budget.
         delegable: the gate may run this tier in the background when it cannot fit.
+        instant: the tier answers without waiting on anything (a lookup in memory, pure
+            CPU, well under a millisecond): the gate calls :meth:`answer_now` in place of
+            :meth:`stream`, with no task, timer or generator around it.
     """
 
     name: str = "tier"
     quality: int = 0
     delegable: bool = False
+    instant: bool = False
 
     @abstractmethod
     def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
         """Yield the answer piece by piece; raise ``Declined`` before the first for a miss."""
+
+    def answer_now(self, request: Request) -> Piece:
+        """An ``instant`` tier's whole answer, computed at once; ``Declined`` for a miss.
+        It must not block: nothing can cut it off."""
+        raise NotImplementedError(f"{self.name} is not an instant tier")
 
     async def warmup(self) -> None:  # noqa: B027 - optional hook
         """Load and exercise whatever the tier needs, once, before traffic."""

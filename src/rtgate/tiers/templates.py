@@ -267,8 +267,13 @@ class TemplateTier(Tier):
         """Synchronous lookup (for callers that are not a gate)."""
         return self.table.match(text)
 
-    async def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
+    instant = True  # a table lookup: the gate calls answer_now
+
+    def answer_now(self, request: Request) -> Piece:
         hit = self.table.match(request.input)
         if hit is None:
             raise Declined(f"{self.name}: no template for this input")
-        yield Piece(hit.text, hit.to_data())
+        return Piece(hit.text, hit.to_data())
+
+    async def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
+        yield self.answer_now(request)

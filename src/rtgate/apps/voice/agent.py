@@ -8,15 +8,25 @@ Three gates, one per kind of work; nothing before the first sound waits on the c
    caller speaks, acks for the partials are prepared (and synthesised) with a roomy budget;
    when the turn ends, the template is asked again with a tiny budget, else the prepared
    ack, else a generic one, is spoken at once.
-2. **answer** — ``answer_gate`` (the local model) answers the final transcript within the
-   turn's budget; sentences go to TTS as they form.
+2. **answer** — from the knowledge base first (``kb``, the shipped telecom domain by
+   default: :mod:`rtgate.domains.knowledge`): the final transcript, after the domain's ASR
+   corrections, is answered with an entry's own text when the intent classifier is sure
+   of one intent and the domain's judge trusts it; anything unknown, multi-part or unsure
+   gets the domain's short holding answer ("这个问题我帮您查一下，请稍等。") at once and
+   the big model's follow-up, every time. With ``phrase=True`` the local model may phrase
+   an entry, spoken only when it passes the entry's check (same numbers, same intent, no
+   sentence twice), else the entry's text. With ``kb=None``, ``answer_gate`` (the local
+   model) answers within the turn's budget, as before; sentences go to TTS as they form.
 3. **follow-up** — a question that needs the big model goes to ``deep_gate`` with
    ``delegate=True`` and a budget no tier fits: the gate answers nothing in-line and runs
    the cloud tier as a background job; its answer is spoken once the local answer is done
    ("补充一下，…"). Nothing else waits for it. Which questions: the ones a ``judge`` (the
    gate's "can the fast path answer this?", :mod:`rtgate.tiers.answerability`) does not
    trust the fast path with (several questions, conditions, parts), and the ones about
-   refunds, policies and contracts, which no fast tier should settle alone.
+   refunds, policies and contracts, which no fast tier should settle alone (with a
+   knowledge base: the turns it holds). The big model is given the first answer and asked
+   not to repeat it; a follow-up that mostly repeats what was said is dropped, and its
+   sentences already said are left out.
 
 A barge-in cancels the answer in flight (and the wait for the follow-up), keeps what was
 said in the conversation history, and forwards the interruption to TTS and output.
@@ -34,7 +44,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Literal
 
 from rtgate.apps.voice.frames import (
     AgentStartedFrame,
@@ -51,6 +61,7 @@ from rtgate.apps.voice.frames import (
 from rtgate.apps.voice.pipeline import Stage
 from rtgate.core.budget import Budget
 from rtgate.core.request import Message, Request
+from rtgate.domains.knowledge import KnowledgeBase, Reply, repeat_share, shipped
 from rtgate.gate import DoneEvent, FollowupEvent, Gate, TokenEvent
 from rtgate.tiers.answerability import Judge
 
@@ -58,8 +69,10 @@ __all__ = [
     "ACK_UNITS",
     "FOLLOWUP_PREFIX",
     "GENERIC_ACK",
+    "REPEAT_SHARE",
     "AgentStage",
     "ack_units",
+    "fresh_followup",
     "needs_big_model",
     "split_sentences",
     "whole_phrase",
@@ -68,6 +81,12 @@ __all__ = [
 ACK_UNITS = 8
 GENERIC_ACK = {"zh": "嗯，好的。", "en": "Okay."}
 FOLLOWUP_PREFIX = {"zh": "补充一下，", "en": "To add to that, "}
+FOLLOWUP_AFTER_HOLD = {"zh": "关于您刚才的问题，", "en": "About your question: "}
+NO_REPEAT = {
+    "zh": "（请接着回答我的问题，不要重复您刚才说过的话。）",
+    "en": "(Please go on and answer my question, without repeating what you just said.)",
+}
+REPEAT_SHARE = 0.6  # a follow-up sentence with this share of its words already said is dropped
 FALLBACK_ANSWER = {"zh": "我再帮您确认一下。", "en": "Let me double-check that for you."}
 _DEEP = re.compile(
     r"(退费|退款|退订|退钱|怎么退|违约|合同|政策|条款|赔偿|补偿|如果.*(并且|而且|还|又|和)|"
@@ -102,6 +121,20 @@ def whole_phrase(text: str) -> str | None:
         if ack_units(head) >= 2:
             return head + ("。" if re.search(r"[\u3400-\u9fff]$", head) else ".")
     return None
+
+
+def fresh_followup(text: str, said: list[str], lang: str) -> str:
+    """What of a follow-up ``text`` is new: its sentences that repeat what was ``said`` (or
+    an earlier sentence of its own) by :data:`REPEAT_SHARE` or more left out; ``""`` when
+    nothing new is left."""
+    sentences, rest = split_sentences(text, soft=10_000)
+    if rest.strip():
+        sentences.append(rest.strip())
+    kept: list[str] = []
+    for sent in sentences:
+        if repeat_share(sent, [*said, *kept], lang) < REPEAT_SHARE:
+            kept.append(sent)
+    return ("" if lang == "zh" else " ").join(kept).strip()
 
 
 def ack_units(text: str) -> int:
@@ -142,9 +175,16 @@ class AgentStage(Stage):
         answer_tokens: int = 40,
         history_turns: int = 2,
         judge: Judge | None = None,
+        kb: KnowledgeBase | Literal["telecom"] | None = "telecom",
+        phrase: bool = False,
     ) -> None:
         super().__init__()
         self.judge = judge
+        # the knowledge base answered from first ("telecom": the shipped domain)
+        self.kb: KnowledgeBase | None = shipped() if kb == "telecom" else (
+            kb if isinstance(kb, KnowledgeBase) else None)  # fmt: skip
+        self.phrase = phrase
+        self.replies: dict[int, Reply] = {}  # the knowledge base's word on each turn
         self.ack_gate, self.answer_gate, self.deep_gate = ack_gate, answer_gate, deep_gate
         self.prefetch = prefetch
         self.ack_budget_ms, self.ack_turn_budget_ms = ack_budget_ms, ack_turn_budget_ms
@@ -222,6 +262,17 @@ class AgentStage(Stage):
         if frame.turn in self.interrupted:
             return  # the caller talked over this turn: keep their words, answer the next one
         self._answer_turn = frame.turn
+        if self.kb is not None:
+            reply = self.kb.reply(text, frame.lang)
+            self.replies[frame.turn] = reply
+            self.verdicts[frame.turn] = reply.to_dict()
+            answer = self._spawn(self._answer_turn_task(frame.turn, text, frame.lang, reply))
+            self._answer = answer
+            if self.deep_gate is not None and reply.followup:
+                self._deep = self._spawn(
+                    self._followup(frame.turn, reply.heard, frame.lang, answer, reply.text)
+                )
+            return
         answer = self._spawn(self._answer_turn_task(frame.turn, text, frame.lang))
         self._answer = answer
         if self.deep_gate is not None and self.wants_followup(frame.turn, text, frame.lang):
@@ -282,11 +333,42 @@ class AgentStage(Stage):
             meta={"lang": lang, "placeholder": FALLBACK_ANSWER.get(lang, "")},
         )
 
-    async def _answer_turn_task(self, turn: int, text: str, lang: str) -> None:
+    async def _answer_turn_task(
+        self, turn: int, text: str, lang: str, reply: Reply | None = None
+    ) -> None:
         try:
-            await self._answer_stream(turn, text, lang)
+            if reply is None:
+                await self._answer_stream(turn, text, lang)
+            else:
+                await self._answer_kb(turn, reply, lang)
         finally:
             await self._done_replying(turn)
+
+    async def _answer_kb(self, turn: int, reply: Reply, lang: str) -> None:
+        """Speak the knowledge base's answer: the entry's text (or the local model's phrasing
+        of it, when ``phrase`` and it passes the entry's check) or the holding answer."""
+        assert self.kb is not None
+        text, route = reply.text, "kb" if reply.kind == "entry" else "kb-hold"
+        if self.phrase and reply.kind == "entry" and reply.intent is not None:
+            req = self._request(turn, reply.heard, lang, delegate=False)
+            res = await self.answer_gate.answer(req, self.answer_budget_ms)
+            said = " ".join(res.text.split())
+            ok = not res.placeholder and self.kb.phrasing_ok(said, reply.intent, lang)
+            self.traces[turn] = {"phrasing": said, "phrasing_ok": ok, **res.trace.to_dict()}
+            if ok:
+                text, route = said, "kb-phrased"
+        self.routes[turn] = route
+        sentences, rest = split_sentences(text)
+        if rest.strip():
+            sentences.append(rest.strip())
+        said_turn = self.said.setdefault(turn, [])
+        answer = self.answers.setdefault(turn, [])
+        for i, sent in enumerate(sentences):
+            said_turn.append(sent)
+            answer.append(sent)
+            last = i == len(sentences) - 1
+            await self.push(AgentTextFrame(turn=turn, kind="answer", text=sent, lang=lang,
+                                           last=last))  # fmt: skip
 
     async def _answer_stream(self, turn: int, text: str, lang: str) -> None:
         req = self._request(turn, text, lang, delegate=False)
@@ -311,27 +393,52 @@ class AgentStage(Stage):
                     AgentTextFrame(turn=turn, kind="answer", text=rest, lang=lang, last=True)
                 )
 
-    async def _followup(self, turn: int, text: str, lang: str, answer: asyncio.Task[None]) -> None:
-        """Ask the cloud tier in the background; speak its answer after the local one."""
-        assert self.deep_gate is not None
+    def followup_request(self, turn: int, text: str, lang: str, first: str | None) -> Request:
+        """The big model's request: the conversation, and (when known) the first answer with
+        the caller's ask to go on without repeating it."""
         req = self._request(turn, text, lang, delegate=True)
+        if not first:
+            return req
+        note = NO_REPEAT.get(lang, NO_REPEAT["en"])
+        msgs = [*req.messages, Message("assistant", first), Message("user", note)]
+        return Request(input=text, messages=msgs, max_tokens=req.max_tokens, delegate=True,
+                       meta={**req.meta, "first_answer": first})  # fmt: skip
+
+    async def _followup(
+        self,
+        turn: int,
+        text: str,
+        lang: str,
+        answer: asyncio.Task[None],
+        first: str | None = None,
+    ) -> None:
+        """Ask the cloud tier in the background; speak its answer after the local one (only
+        what it adds to what was said)."""
+        assert self.deep_gate is not None
+        req = self.followup_request(turn, text, lang, first)
         async for ev in self.deep_gate.stream(req, Budget(1.0), follow=True):
             if not isinstance(ev, FollowupEvent):
                 continue
             job = ev.job
-            said = " ".join(job.text.split())
+            raw = " ".join(job.text.split())
             await asyncio.wait([answer])  # never talk over our own answer
+            said = fresh_followup(raw, self.said.get(turn, []), lang) if raw else ""
             spoken = bool(job.status == "done" and said and not self.caller_speaking)
             self.followups[turn] = {
                 "status": job.status,
                 "tier": job.tier,
                 "text": said,
+                "raw": raw,
+                "dropped_as_repeat": bool(raw and not said),
                 "spoken": spoken,
                 "ttft_ms": job.ttft_ms,
                 "elapsed_ms": job.elapsed_ms,
             }
             if spoken:
-                line = FOLLOWUP_PREFIX.get(lang, "") + said
+                reply = self.replies.get(turn)
+                prefix = FOLLOWUP_AFTER_HOLD if reply is not None and reply.kind == "hold" else (
+                    FOLLOWUP_PREFIX)  # fmt: skip
+                line = prefix.get(lang, "") + said
                 self.said.setdefault(turn, []).append(line)
                 await self.push(
                     AgentTextFrame(turn=turn, kind="followup", text=line, lang=lang, last=True)

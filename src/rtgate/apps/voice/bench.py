@@ -20,9 +20,11 @@ true_bounds`: the first and last 10 ms frame over -45 dBFS), never the VAD:
   speech already under way when a barge-in starts is not a cut-in);
 - ``interruption_rate``: share of caller turns whose end the agent decided early (before
   the true end), whether or not it spoke;
-- ``answer_on_topic_rate``: share of first answers on the caller's topic by
-  :func:`~rtgate.apps.voice.labels.keyword_on_topic` (a keyword check per topic id; ood
-  calls are left out); every call's turns, topics and first answers are in ``calls``;
+- ``answer_on_topic_rate``: share of first answers on the caller's topic by the knowledge
+  base's check (``kb_eval.on_topic``; an ood call is on topic with an honest holding
+  answer); ``answer_on_topic.keyword_rate`` by the plain keyword check
+  :func:`~rtgate.apps.voice.labels.keyword_on_topic` (ood left out); every call's turns,
+  topics and first answers are in ``calls_detail``;
 - ``serial_baseline``: the same question clips through serial ASR → LLM → TTS (fixed
   silence endpointing, full-window Whisper, the whole answer, then its whole audio),
   measured in the same run on the same models.
@@ -257,6 +259,15 @@ def _texts(call: VoiceCall, turn: int, kind: str) -> str:
     ).strip()
 
 
+def _kb_on_topic(answer: str, topic: str | None, lang: str) -> bool:
+    """The knowledge base's own check (``kb_eval.on_topic``: the entry's reply, a holding
+    answer naming the topic, or the answer's keywords and intent; for an ood call only an
+    honest holding answer)."""
+    from rtgate.apps.voice.kb_eval import on_topic
+
+    return on_topic(answer, topic or "ood", lang)
+
+
 def _score(
     call: VoiceCall,
     out: RecordingOut,
@@ -354,7 +365,8 @@ def _score(
                 ],
                 "decided_early": bool(early),
                 "bargein_stop_ms": None if stop_ms is None else round(stop_ms, 1),
-                "on_topic": None if turn.bargein else keyword_on_topic(answer, clip.topic),
+                "on_topic": None if turn.bargein else _kb_on_topic(answer, clip.topic, lang),
+                "on_topic_keywords": None if turn.bargein else keyword_on_topic(answer, clip.topic),
             }
         )
     res.calls.append({"lang": lang, "voice": about, "turns": rows})
@@ -455,10 +467,14 @@ async def _run(
 
 def _on_topic(rows: list[dict[str, Any]]) -> dict[str, Any]:
     scored = [r["on_topic"] for r in rows if r["on_topic"] is not None]
+    words = [r["on_topic_keywords"] for r in rows if r["on_topic_keywords"] is not None]
     return {
         "rate": round(sum(scored) / len(scored), 4) if scored else None,
         "turns": len(scored),
-        "check": "labels.keyword_on_topic (a keyword per topic id; ood left out)",
+        "check": "kb_eval.on_topic (the knowledge base's check; ood: an honest holding answer)",
+        "keyword_rate": round(sum(words) / len(words), 4) if words else None,
+        "keyword_turns": len(words),
+        "keyword_check": "labels.keyword_on_topic (a keyword per topic id; ood left out)",
     }
 
 

@@ -247,3 +247,12 @@ def bench_smart_turn(
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _mount_kb() -> None:
+    from rtgate.apps.voice.kb_cli import kb_app
+
+    app.add_typer(kb_app, name="kb")
+
+
+_mount_kb()

@@ -1,0 +1,62 @@
+"""``rtgate voice kb build|eval``: the knowledge base the voice agent answers from first.
+
+``build`` retrains the domain's classifiers and refits its judge and thresholds on its
+tuning calls (:func:`rtgate.apps.voice.kb_eval.build`); ``eval`` reports the first answers
+on the tuning and the held-out calls, separately (:func:`rtgate.apps.voice.kb_eval.run_sets`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["kb_app"]
+
+kb_app = typer.Typer(no_args_is_help=True, help="The voice agent's knowledge base.")
+
+
+@kb_app.command("build")
+def build_cmd(
+    data_dir: Annotated[Path | None, typer.Option(help="domain folder (default: telecom)")] = None,
+) -> None:
+    """Train intent-ngram.npz and scope-ngram.npz on the corpus; fit judge.json and the
+    thresholds on calls-tune.jsonl and calls-val.jsonl (out of fold)."""
+    from rtgate.apps.voice.kb_eval import build
+    from rtgate.domains.loader import TELECOM_DIR
+
+    report = build(data_dir or TELECOM_DIR)
+    oof = report["out_of_fold"]
+    typer.echo(
+        f"wrote the classifiers and judge.json: min_confidence {report['min_confidence']}, "
+        f"clause_confidence {report['clause_confidence']}, judge threshold "
+        f"{report['threshold']}; out of fold on {report['n_calls']} tuning calls "
+        f"({report['fitted_on']}): multi/ood "
+        f"followed up {oof['multi_ood_followed_up']:.1%}, simple right from the KB "
+        f"{oof['simple_right_from_kb']:.1%}, wrong entries {oof['simple_wrong_entry']}, "
+        f"ECE {oof['ece']:.3f}"
+    )
+
+
+@kb_app.command("eval")
+def eval_cmd(
+    sets: Annotated[
+        list[str] | None, typer.Option("--set", help="tune, val, eval (default all)")
+    ] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+    corrections: Annotated[bool, typer.Option(help="apply the domain's ASR corrections")] = True,
+) -> None:
+    """First answers on the caller transcripts: on topic, followed up, from the KB."""
+    from rtgate.apps.voice.kb_eval import CALL_SETS, run_sets, summary
+
+    names = sets or list(CALL_SETS)
+    bad = [n for n in names if n not in CALL_SETS]
+    if bad:
+        raise typer.BadParameter(f"unknown set {bad[0]!r}; one of {', '.join(CALL_SETS)}")
+    report = run_sets(names, corrections=corrections)
+    summary(report)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")

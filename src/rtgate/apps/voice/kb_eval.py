@@ -1,0 +1,334 @@
+"""The voice agent's first answers on caller transcripts, and fitting what decides them.
+
+Caller transcripts are JSON Lines ``{"text", "lang", "kind", "topic", "asr"?}``: ``kind``
+``simple`` (``topic`` an intent id), ``multi`` (``topic`` a list of them) or ``ood``
+(``topic`` null); ``asr`` marks a line written with recogniser-like errors. The telecom
+domain ships three sets: ``calls-tune.jsonl`` and ``calls-val.jsonl`` (thresholds and the
+judge are fitted on them; ``val`` was the first held-out set, measured once before it was
+used) and ``calls-eval.jsonl`` (held out, never tuned on).
+
+:func:`evaluate` runs each line through :meth:`KnowledgeBase.reply` (the decision the
+agent makes) and reports, per set and language: the share of first answers on the
+caller's topic (:func:`on_topic`), the multi-part and out-of-domain asks that got the big
+model's follow-up, and the simple asks answered from the knowledge base without one.
+
+:func:`build` (``rtgate voice kb build``) trains the domain's intent and scope
+classifiers on its corpus and fits its judge and thresholds on the tuning calls (out of
+fold, 5 folds).
+
+Run: ``python -m rtgate.apps.voice.kb_eval --json out/kb.json`` or ``rtgate voice kb eval``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rtgate.core.errors import ConfigError
+from rtgate.domains.corrections import Corrections
+from rtgate.domains.knowledge import KnowledgeBase, read_entries, shipped, units
+from rtgate.domains.loader import (
+    TELECOM_DIR,
+    domain_intents,
+    familiarity,
+    judge_path,
+    model_path,
+    scope_path,
+    train_classifier,
+    train_scope,
+    vocabulary,
+)
+from rtgate.tiers.answerability import (
+    CalibratedJudge,
+    expected_calibration_error,
+    feature_names,
+    fit_judge,
+    reliability,
+)
+from rtgate.tiers.classifier import IntentClassifier
+from rtgate.tiers.complexity import clauses
+
+__all__ = [
+    "CALL_SETS",
+    "TUNED_ON",
+    "Call",
+    "build",
+    "evaluate",
+    "load_calls",
+    "main",
+    "on_topic",
+    "run_sets",
+]
+
+CALL_SETS = {
+    "tune": TELECOM_DIR / "calls-tune.jsonl",
+    "val": TELECOM_DIR / "calls-val.jsonl",
+    "eval": TELECOM_DIR / "calls-eval.jsonl",
+}
+TUNED_ON = ("tune", "val")  # the sets the judge and thresholds are fitted on
+_KINDS = ("simple", "multi", "ood")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One caller turn, labelled."""
+
+    text: str
+    lang: str
+    kind: str
+    topics: tuple[str, ...]  # one for simple, several for multi, none for ood
+    asr: bool = False
+
+    @property
+    def topic(self) -> str | tuple[str, ...] | None:
+        if self.kind == "simple":
+            return self.topics[0]
+        return self.topics or None
+
+
+def load_calls(path: Path, intents: Sequence[str] | None = None) -> list[Call]:
+    """Calls from JSON Lines (module docstring); ``ConfigError`` naming the bad line."""
+    known = set(intents or domain_intents(TELECOM_DIR))
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read calls: {e}") from e
+    out: list[Call] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            row = json.loads(line)
+            text, lang, kind, topic = row["text"], row["lang"], row["kind"], row.get("topic")
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ConfigError(f"{path}:{n}: not a call: {e}") from e
+        topics = (topic,) if isinstance(topic, str) else tuple(topic or ())
+        if kind not in _KINDS or lang not in ("zh", "en") or not str(text).strip():
+            raise ConfigError(f"{path}:{n}: needs a text, lang zh or en, kind {_KINDS}")
+        if any(t not in known for t in topics) or (kind == "simple") != (
+            len(topics) == 1 and isinstance(topic, str)
+        ):
+            raise ConfigError(f"{path}:{n}: topic {topic!r} does not fit kind {kind!r}")
+        out.append(Call(str(text), lang, kind, topics, bool(row.get("asr", False))))
+    return out
+
+
+def on_topic(answer_text: str, topic_id: str | Sequence[str] | None, lang: str) -> bool:
+    """Whether the agent's first answer ``answer_text`` is on the caller's topic (an intent
+    id of ``domains/telecom/intents.json``; a list for a multi-part ask, any of them; ``None``
+    or ``"ood"`` outside the domain): :meth:`KnowledgeBase.on_topic` of the shipped domain.
+    For ``rtgate bench voice`` on audio calls: pass the agent's answer (or its holding
+    answer), not its acknowledgement."""
+    return shipped().on_topic(answer_text, topic_id, lang)
+
+
+# -- evaluation ---------------------------------------------------------------------------
+
+
+def evaluate(
+    kb: KnowledgeBase, calls: Sequence[Call], *, corrections: bool = True
+) -> dict[str, Any]:
+    """The first answers to ``calls`` (module docstring), overall and per language."""
+    saved = kb.corrections
+    if not corrections:
+        kb.corrections = Corrections([])
+    try:
+        rows = []
+        for c in calls:
+            r = kb.reply(c.text, c.lang)
+            rows.append((c, r, kb.on_topic(r.text, c.topic, c.lang)))
+    finally:
+        kb.corrections = saved
+    out: dict[str, Any] = {"n": len(calls)}
+    for lang in ("all", "zh", "en"):
+        part = [x for x in rows if lang in ("all", x[0].lang)]
+        block: dict[str, Any] = {"n": len(part)}
+        block["first_answer_on_topic"] = _share([ok for _, _, ok in part])
+        simple = [x for x in part if x[0].kind == "simple"]
+        hard = [x for x in part if x[0].kind != "simple"]
+        block["simple"] = {
+            "n": len(simple),
+            "on_topic": _share([ok for _, _, ok in simple]),
+            "from_kb_no_followup": _share(
+                [r.kind == "entry" and not r.followup for _, r, _ in simple]
+            ),
+            "from_kb_on_topic": _share([r.kind == "entry" and ok for _, r, ok in simple]),
+            "wrong_entry": sum(r.kind == "entry" and not ok for _, r, ok in simple),
+            "asr_lines": len([x for x in simple if x[0].asr]),
+            "asr_on_topic": _share([ok for c, _, ok in simple if c.asr]),
+        }
+        for kind in ("multi", "ood"):
+            some = [x for x in hard if x[0].kind == kind]
+            block[kind] = {
+                "n": len(some),
+                "followed_up": _share([r.followup for _, r, _ in some]),
+                "on_topic": _share([ok for _, _, ok in some]),
+                "answered_from_entry": sum(r.kind == "entry" for _, r, _ in some),
+            }
+        out[lang] = block
+    out["misses"] = [
+        {"text": c.text, "kind": c.kind, "topic": c.topic, "said": r.text, **r.to_dict()}
+        for c, r, ok in rows
+        if not ok or (c.kind != "simple" and not r.followup)
+    ]
+    return out
+
+
+def _share(flags: Sequence[bool]) -> float | None:
+    return round(sum(flags) / len(flags), 4) if flags else None
+
+
+def run_sets(names: Sequence[str] = tuple(CALL_SETS), *, data_dir: Path = TELECOM_DIR,
+             corrections: bool = True) -> dict[str, Any]:  # fmt: skip
+    """:func:`evaluate` on each named set of the domain (``tune``, ``eval``)."""
+    kb = KnowledgeBase.load(data_dir)
+    out: dict[str, Any] = {
+        "domain": str(data_dir.name),
+        "min_confidence": kb.min_confidence,
+        "clause_confidence": kb.clause_confidence,
+        "judge_threshold": None if kb.judge is None else kb.judge.threshold,
+    }
+    for name in names:
+        path = data_dir / f"calls-{name}.jsonl"
+        out[name] = evaluate(kb, load_calls(path, kb.intents), corrections=corrections)
+    return out
+
+
+# -- fitting ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Row:
+    call: Call
+    intent: str
+    p: float
+    clause: list[tuple[str, float]]
+    x: list[float]
+    hold_ok: bool  # the entry is for the labelled intent (a simple call's right answer)
+
+
+def _decide(r: _Row, p_right: float, min_conf: float, clause_conf: float, th: float) -> bool:
+    """Whether the KB answers ``r`` from an entry at these thresholds (as ``reply``)."""
+    others = [k for k, q in r.clause if q >= clause_conf and k != r.intent]
+    return r.p >= min_conf and not others and p_right >= th
+
+
+def build(data_dir: Path = TELECOM_DIR, *, seed: int = 0, k: int = 5) -> dict[str, Any]:
+    """Train and write the domain's ``intent-ngram.npz`` and ``scope-ngram.npz``, fit its
+    judge on the :data:`TUNED_ON` calls (``calls-tune.jsonl``, ``calls-val.jsonl``) and
+    choose ``min_confidence``, ``clause_confidence`` and the judge's threshold there, out
+    of fold: every multi-part and out-of-domain call followed up if any setting does so,
+    then the most simple calls answered right from an entry, each wrong entry counting
+    twice against. Writes ``judge.json``."""
+    clf = train_classifier("ngram", data_dir=data_dir)
+    assert isinstance(clf, IntentClassifier)
+    clf.save(model_path("ngram", data_dir))
+    scope = train_scope(data_dir)
+    scope.save(scope_path(data_dir))
+    entries, _, _ = read_entries(data_dir / "intents.json")
+    probe = CalibratedJudge([0.0] * len(feature_names()), 0.0, 0.5, clf, vocabulary(data_dir),
+                            familiarity(clf, data_dir), scope)  # fmt: skip
+    kb = KnowledgeBase(entries, {}, clf, corrections=Corrections.from_file(
+        data_dir / "corrections.json"))  # fmt: skip
+    files = [data_dir / f"calls-{name}.jsonl" for name in TUNED_ON]
+    calls = [c for f in files if f.exists() for c in load_calls(f, kb.intents)]
+    rows: list[_Row] = []
+    for c in calls:
+        heard = kb.correct(c.text, c.lang).text
+        intent, p = clf.rank(heard)[0]
+        parts = [q for q in clauses(heard) if len(units(q)) >= 2]
+        x, _ = probe.features(heard)
+        is_right = c.kind == "simple" and intent == c.topics[0]
+        rows.append(_Row(c, intent, p, [clf.rank(q)[0] for q in parts], x, is_right))
+    y = [int(r.hold_ok) for r in rows]
+    oof = [0.0] * len(rows)
+    for fold in range(k):
+        train = [i for i in range(len(rows)) if i % k != fold]
+        coef, b = fit_judge([rows[i].x for i in train], [y[i] for i in train])
+        m = CalibratedJudge(coef, b, 0.5)
+        for i in range(len(rows)):
+            if i % k == fold:
+                oof[i] = m.probability(rows[i].x)
+    best: tuple[tuple[float, float], dict[str, float]] | None = None
+    for min_conf in (0.3, 0.4, 0.5, 0.6, 0.7):
+        for clause_conf in (0.5, 0.6, 0.7, 0.8, 0.9):
+            for t in range(1, 90, 2):
+                th = t / 100
+                ans = [_decide(r, oof[i], min_conf, clause_conf, th) for i, r in enumerate(rows)]
+                hard = [not a for a, r in zip(ans, rows, strict=True) if r.call.kind != "simple"]
+                pairs = list(zip(ans, rows, strict=True))
+                right = sum(1 for a, r in pairs if a and r.hold_ok)
+                wrong = sum(1 for a, r in pairs if a and r.call.kind == "simple" and not r.hold_ok)
+                followed = sum(hard) / max(1, len(hard))
+                key = (followed, right - 2 * wrong)
+                if best is None or key > best[0]:
+                    best = (key, {"min_confidence": min_conf, "clause_confidence": clause_conf,
+                                  "threshold": th, "right": right, "wrong": wrong,
+                                  "followed_up": round(followed, 4)})  # fmt: skip
+    assert best is not None
+    chosen = best[1]
+    coef, b = fit_judge([r.x for r in rows], y)
+    n_simple = sum(r.call.kind == "simple" for r in rows)
+    report = {
+        "fitted_on": "+".join(f.name for f in files if f.exists()),
+        "seed": seed,
+        "n_calls": len(rows),
+        "min_confidence": chosen["min_confidence"],
+        "clause_confidence": chosen["clause_confidence"],
+        "threshold": chosen["threshold"],
+        "out_of_fold": {
+            "multi_ood_followed_up": chosen["followed_up"],
+            "simple_right_from_kb": round(chosen["right"] / max(1, n_simple), 4),
+            "simple_wrong_entry": int(chosen["wrong"]),
+            "ece": round(expected_calibration_error(oof, y), 4),
+            "reliability": reliability(oof, y),
+        },
+        "corpus_examples": clf.meta.get("n_examples"),
+        "scope_rows": scope.meta.get("n_examples"),
+    }
+    judge = CalibratedJudge(coef, b, float(chosen["threshold"]), meta=report)
+    judge.save(judge_path(data_dir))
+    shipped.cache_clear()
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rtgate.apps.voice.kb_eval [--json FILE] [--set tune|eval]...``"""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m rtgate.apps.voice.kb_eval")
+    ap.add_argument("--json", type=Path, default=None, help="write the report here")
+    ap.add_argument("--set", action="append", choices=sorted(CALL_SETS), dest="sets")
+    ap.add_argument("--no-corrections", action="store_true", help="without the ASR corrections")
+    args = ap.parse_args(argv)
+    report = run_sets(args.sets or tuple(CALL_SETS), corrections=not args.no_corrections)
+    summary(report)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+    return 0
+
+
+def summary(report: dict[str, Any]) -> None:
+    """One line per set and language on stdout."""
+    for name in CALL_SETS:
+        if name not in report:
+            continue
+        for lang in ("all", "zh", "en"):
+            b = report[name][lang]
+            print(
+                f"{name:5} {lang:3} n={b['n']:3}  first answer on topic "
+                f"{b['first_answer_on_topic']}"
+                f"  simple: on topic {b['simple']['on_topic']}, from KB w/o follow-up "
+                f"{b['simple']['from_kb_no_followup']}, wrong entry {b['simple']['wrong_entry']}"
+                f"  multi followed up {b['multi']['followed_up']}  ood followed up "
+                f"{b['ood']['followed_up']}"
+            )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

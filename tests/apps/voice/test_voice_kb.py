@@ -1,0 +1,177 @@
+"""The agent answers from the knowledge base first: an entry's text for a simple ask, a
+holding answer and the big model's follow-up (without repeats) for the rest; and the
+evaluation of first answers on the shipped caller transcripts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from rtgate.apps.voice.agent import (
+    FOLLOWUP_AFTER_HOLD,
+    NO_REPEAT,
+    AgentStage,
+    fresh_followup,
+)
+from rtgate.apps.voice.frames import AgentTextFrame, EndFrame, Frame, TranscriptFrame
+from rtgate.apps.voice.kb_eval import CALL_SETS, TUNED_ON, evaluate, load_calls, on_topic
+from rtgate.apps.voice.pipeline import Pipeline
+from rtgate.core.budget import Budget
+from rtgate.core.errors import ConfigError
+from rtgate.core.latency import Prior
+from rtgate.core.request import Piece, Request
+from rtgate.domains.knowledge import shipped
+from rtgate.gate import Gate
+from rtgate.tiers.fake import FakeTier
+
+
+class Cloud(FakeTier):
+    """A delegable tier that keeps the requests it was sent."""
+
+    def __init__(self, pieces: list[str]) -> None:
+        super().__init__("cloud", 90, pieces, delegable=True)
+        self.requests: list[Request] = []
+
+    async def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
+        self.requests.append(request)
+        async for piece in super().stream(request, budget):
+            yield piece
+
+
+async def _until(cond: Callable[[], bool]) -> None:
+    for _ in range(2000):
+        if cond():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never held")
+
+
+async def _one_turn(text: str, lang: str, cloud: Cloud) -> tuple[AgentStage, list[Frame]]:
+    down: list[Frame] = []
+    async with Gate([cloud]) as deep:
+        agent = AgentStage(Gate([]), Gate([]), deep)
+        async with Pipeline([agent], sink=down.append) as p:
+            await p.put(TranscriptFrame(turn=1, text=text, lang=lang, until=1.0, final=True))
+            await _until(lambda: agent._answer is not None and agent._answer.done())
+            if agent._deep is not None:
+                await asyncio.wait([agent._deep])
+            await p.put(EndFrame())
+            await p.wait()
+    return agent, down
+
+
+def _said(down: list[Frame], kind: str) -> list[str]:
+    return [f.text for f in down if isinstance(f, AgentTextFrame) and f.kind == kind and f.text]
+
+
+async def test_a_simple_ask_is_answered_with_the_entry_and_the_cloud_is_not_asked() -> None:
+    cloud = Cloud(["Anything else."])
+    agent, down = await _one_turn("How much data do I have left this month?", "en", cloud)
+    entry = shipped().entry("data_left", "en")
+    assert entry is not None
+    assert " ".join(_said(down, "answer")) == entry.reply
+    assert agent.routes[1] == "kb" and agent.verdicts[1]["intent"] == "data_left"
+    assert cloud.calls == 0 and not _said(down, "followup")
+
+
+async def test_a_multi_part_ask_is_held_and_followed_up_without_repeating() -> None:
+    ask = "我这个月话费多扣了五十块，另外宽带也断网了，能不能派师傅来修？"
+    new = "多扣的五十元我已经帮您提交核查，宽带报修单也已经派给师傅。"
+    cloud = Cloud([new])
+    agent, down = await _one_turn(ask, "zh", cloud)
+    hold = "".join(_said(down, "answer"))  # in TTS-sized pieces
+    assert agent.routes[1] == "kb-hold" and hold == agent.replies[1].text
+    assert agent.replies[1].followup and cloud.calls == 1
+    # the big model is given the first answer and asked not to repeat it
+    msgs = [(m.role, m.content) for m in cloud.requests[0].messages]
+    assert msgs[-2:] == [("assistant", hold), ("user", NO_REPEAT["zh"])]
+    assert _said(down, "followup") == [FOLLOWUP_AFTER_HOLD["zh"] + new]
+    assert agent.followups[1]["spoken"] and not agent.followups[1]["dropped_as_repeat"]
+
+
+async def test_a_followup_that_only_repeats_the_first_answer_is_dropped() -> None:
+    ask = "帮我订一张明天去上海的火车票"
+    hold = shipped().holding_text("zh")
+    cloud = Cloud([hold])  # the big model says again what was said
+    agent, down = await _one_turn(ask, "zh", cloud)
+    assert "".join(_said(down, "answer")) == hold and cloud.calls == 1
+    assert agent.followups[1]["dropped_as_repeat"] and not agent.followups[1]["spoken"]
+    assert not _said(down, "followup")
+
+
+def test_fresh_followup_keeps_only_new_sentences() -> None:
+    said = ["Please restart your router and wait two minutes."]
+    text = "Please restart your router and wait two minutes. A technician can come tomorrow."
+    assert fresh_followup(text, said, "en") == "A technician can come tomorrow."
+    twice = "我帮您查到了。我帮您查到了。"
+    assert fresh_followup(twice, [], "zh") == "我帮您查到了。"  # a sentence said twice, once
+    assert fresh_followup(said[0], said, "en") == ""
+
+
+def test_without_a_knowledge_base_the_agent_works_as_before() -> None:
+    agent = AgentStage(Gate([]), Gate([]), kb=None)
+    assert agent.kb is None
+    assert agent.wants_followup(1, "怎么退订套餐？", "zh")  # the policy words, as before
+
+
+# -- evaluation ----------------------------------------------------------------------------
+
+
+def test_the_call_sets_load_and_are_disjoint() -> None:
+    tuned = {c.text for name in TUNED_ON for c in load_calls(CALL_SETS[name])}
+    held = load_calls(CALL_SETS["eval"])
+    assert "eval" not in TUNED_ON
+    assert len(held) >= 150 and {c.lang for c in held} == {"zh", "en"}
+    assert {c.kind for c in held} == {"simple", "multi", "ood"} and any(c.asr for c in held)
+    assert not tuned & {c.text for c in held}
+    corpus = (CALL_SETS["eval"].parent / "corpus.jsonl").read_text(encoding="utf-8")
+    assert not any(f'"{c.text}"' in corpus for c in held)  # no held-out line was trained on
+
+
+def test_a_malformed_call_is_refused_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    path.write_text('{"text": "hi", "lang": "en", "kind": "simple", "topic": "nope"}\n')
+    with pytest.raises(ConfigError, match=":1:"):
+        load_calls(path)
+
+
+def test_on_the_tuning_calls_every_multi_part_and_ood_ask_is_followed_up() -> None:
+    report = evaluate(shipped(), load_calls(CALL_SETS["tune"]))["all"]
+    assert report["multi"]["followed_up"] == 1.0 and report["ood"]["followed_up"] == 1.0
+    assert report["simple"]["wrong_entry"] == 0
+
+
+def test_on_topic_is_the_shipped_knowledge_base_check() -> None:
+    kb = shipped()
+    entry = kb.entry("refund", "en")
+    assert entry is not None
+    assert on_topic(entry.reply, "refund", "en") and not on_topic(entry.reply, "roaming", "en")
+    assert on_topic(kb.holding_text("en"), "ood", "en")
+
+
+async def _phrased(line: str) -> tuple[AgentStage, list[Frame]]:
+    down: list[Frame] = []
+    model = FakeTier("local", 50, [line])
+    async with Gate([model], priors={"local": Prior(1.0, 1.0)}) as local:  # warm: in budget
+        agent = AgentStage(Gate([]), local, phrase=True)
+        async with Pipeline([agent], sink=down.append) as p:
+            await p.put(TranscriptFrame(turn=1, text="What time do your stores open?", lang="en",
+                                        until=1.0, final=True))  # fmt: skip
+            await _until(lambda: agent._answer is not None and agent._answer.done())
+            await p.put(EndFrame())
+            await p.wait()
+    return agent, down
+
+
+async def test_the_local_models_phrasing_is_spoken_only_when_it_keeps_the_entry() -> None:
+    good = "Our stores are open 9 a.m. to 9 p.m. daily, weekends too."
+    agent, down = await _phrased(good)
+    assert agent.routes[1] == "kb-phrased" and " ".join(_said(down, "answer")) == good
+    agent, down = await _phrased("The store is closed today.")  # not what the entry says
+    entry = shipped().entry("store_hours", "en")
+    assert entry is not None and agent.routes[1] == "kb"
+    assert " ".join(_said(down, "answer")) == entry.reply
+    assert agent.traces[1]["phrasing_ok"] is False
