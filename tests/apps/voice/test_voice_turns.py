@@ -21,7 +21,7 @@ from rtgate.apps.voice.frames import (
     TurnEndFrame,
 )
 from rtgate.apps.voice.pipeline import Pipeline
-from rtgate.apps.voice.turns import TurnRules, TurnStage, cue
+from rtgate.apps.voice.turns import TurnRules, TurnStage, cue, text_class, voice_class
 
 RULES = TurnRules(question_ms=100, clause_ms=400, complete_ms=200, complete_p=0.6, timeout_ms=900)
 
@@ -273,3 +273,114 @@ async def test_while_the_agent_talks_a_lower_probability_is_a_bargein() -> None:
         await p.wait()
     assert any(isinstance(f, TurnEndFrame) for f in trailing)
     assert not any(isinstance(f, InterruptionFrame) for f in trailing)
+
+
+class FixedVoice:
+    """An audio end-of-turn model that always hears the same thing (records what it got)."""
+
+    def __init__(self, p: float) -> None:
+        self.p = p
+        self.heard: list[int] = []
+
+    def p_end(self, audio: np.ndarray) -> float:
+        self.heard.append(len(audio))
+        return self.p
+
+
+def voiced(t0: float, seconds: float, prob: float = 0.99) -> list[AudioFrame]:
+    n = int(seconds / 0.032)
+    tone = (0.1 * np.sin(np.arange(512) * 0.2)).astype(np.float32)
+    return [AudioFrame(pcm=tone, t=t0 + i * 0.032, prob=prob) for i in range(n)]
+
+
+async def run_fused(frames: list[Frame], voice: FixedVoice) -> tuple[TurnStage, list[Frame]]:
+    stage = TurnStage(TurnRules(), audio_eot=voice)
+    out: list[Frame] = []
+    async with Pipeline([stage], sink=out.append) as p:
+        for f in frames:
+            await p.put(f)
+            # as in real time: the frame handled, and a score it started done, before the next
+            await stage._idle.wait()
+            if stage._audio_task is not None:
+                await asyncio.wait({stage._audio_task})
+        await p.put(EndFrame())
+        await p.wait()
+    return stage, out
+
+
+def turn_with(text: str, silence_s: float) -> list[Frame]:
+    frames: list[Frame] = [*silence(0.0, 0.9), SpeechStartFrame(t=1.0), *voiced(1.0, 1.0)]
+    frames += [SpeechStopFrame(t=2.0), partial(text, until=2.05), *silence(2.0, silence_s)]
+    return frames
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("请问我的话费余额还有多少？", "ask"),
+        ("有推荐的吗", "ask"),
+        ("上个月的账单一共是多少钱", "question"),
+        ("Can I switch to a plan with more data", "question"),
+        ("我家里的信号最近特别差。", "clause"),
+        ("我想问一下那个", "open"),
+        (None, "open"),
+    ],
+)
+def test_text_classes(text: str | None, expected: str) -> None:
+    assert text_class(text, None, TurnRules()) == expected
+
+
+def test_words_and_voice_together_set_the_wait() -> None:
+    r = TurnRules()
+    assert r.fused_wait_ms("ask", "done") < r.fused_wait_ms("ask", "unsure")
+    assert r.fused_wait_ms("ask", "unsure") < r.fused_wait_ms("ask", "more")
+    # a voice that goes on waits past the longest pause inside a turn (1 s) unless the
+    # words end on a question
+    for text in ("sure", "complete", "clause", "open"):
+        assert r.fused_wait_ms(text, "more") >= 1000.0
+    # a finished-sounding voice never shortens a clause the words say goes on
+    assert r.fused_wait_ms("clause", "done") >= r.clause_ms
+    assert r.fused_wait_ms("question", None) < r.fused_wait_ms("question", "more")
+    assert text_class("我家里的信号最近特别差。", 0.75, r) == "sure"
+    assert text_class("我家里的信号最近特别差。", 0.65, r) == "complete"
+    assert [voice_class(p, r) for p in (0.9, 0.5, 0.1)] == ["done", "unsure", "more"]
+
+
+async def test_a_question_that_sounds_finished_ends_at_once() -> None:
+    voice = FixedVoice(0.95)
+    _, out = await run_fused(turn_with("请问我的话费余额还有多少？", 0.3), voice)
+    ends = [f for f in out if isinstance(f, TurnEndFrame)]
+    assert [e.rule for e in ends] == ["ask/done"] and ends[0].p_audio == pytest.approx(0.95)
+    assert ends[0].decided_t - 2.0 < 0.2
+    # it heard the turn from half a second before the speech started, not the whole call
+    assert voice.heard and max(voice.heard) <= int((2.3 - 0.5) * RATE) + 512
+
+
+async def test_a_question_whose_voice_goes_on_waits_longer() -> None:
+    _, out = await run_fused(turn_with("上个月的账单一共是多少钱", 0.5), FixedVoice(0.05))
+    assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["end"]  # not in 0.5 s
+    _, out = await run_fused(turn_with("上个月的账单一共是多少钱", 0.8), FixedVoice(0.05))
+    assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["question/more"]
+    _, out = await run_fused(turn_with("上个月的账单一共是多少钱", 0.3), FixedVoice(0.95))
+    assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["question/done"]
+
+
+async def test_a_clause_whose_voice_goes_on_outwaits_a_one_second_pause() -> None:
+    _, out = await run_fused(turn_with("我家里的信号最近特别差。", 1.0), FixedVoice(0.05))
+    assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["end"]
+    # the same words in a finished voice end after the clause's own wait
+    _, out = await run_fused(turn_with("我家里的信号最近特别差。", 1.0), FixedVoice(0.9))
+    ends = [f for f in out if isinstance(f, TurnEndFrame)]
+    assert [e.rule for e in ends] == ["clause/done"]
+    assert 0.6 <= ends[0].decided_t - 2.0 < 0.8
+
+
+def test_a_score_from_before_the_caller_resumed_does_not_count() -> None:
+    stage = TurnStage(TurnRules(), audio_eot=FixedVoice(0.9))
+    stage.in_turn, stage.turn, stage.quiet_since = True, 1, 3.0
+    stage.p_audio = (1, 2.5, 0.9)  # scored at 2.5 s: the caller spoke again after it
+    assert stage._voice() is None
+    stage.p_audio = (1, 3.1, 0.9)
+    assert stage._voice() == "done"
+    stage.p_audio = (0, 3.1, 0.9)  # the previous turn's
+    assert stage._voice() is None

@@ -6,12 +6,25 @@ model, sentences with a pause in the middle (a trailing-off head, 0.6–0.9 s of
 then the rest), and barge-ins (the caller talks over the agent's answer). The simulated
 caller waits for the agent to fall silent (a natural 0.4–0.8 s pause) before the next turn.
 
-Ground truth comes from the clips themselves (energy onset/end), never from the VAD:
+Two sets, reported separately: ``--set validation`` (default) plays the packaged clips (the
+set thresholds are tuned on); ``--set eval --eval-dir DIR`` plays the held-out calls of
+``rtgate voice make-eval`` (other sentences, voices, rates, pitches, pauses, noise).
 
-- ``first_audio_ms``: from the end of the caller's speech to the first agent audio played;
-- ``bargein_stop_ms``: from the onset of a barge-in to the moment agent audio stopped;
-- ``interruption_rate``: share of caller turns the agent cut into (it decided the turn had
-  ended while the caller had more to say);
+Ground truth is the label written with each fixture (:func:`rtgate.apps.voice.labels.
+true_bounds`: the first and last 10 ms frame over -45 dBFS), never the VAD:
+
+- ``first_audio_ms``: from the true end of the caller's speech to the first agent audio;
+- ``bargein_stop_ms``: from the true onset of a barge-in to the moment agent audio stopped;
+- ``cut_in_rate`` (overall and per language): share of caller turns over which the agent
+  *started* talking (an agent utterance began between the turn's true onset and true end;
+  speech already under way when a barge-in starts is not a cut-in);
+- ``interruption_rate``: share of caller turns whose end the agent decided early (before
+  the true end), whether or not it spoke;
+- ``answer_on_topic_rate``: share of first answers on the caller's topic by the knowledge
+  base's check (``kb_eval.on_topic``; an ood call is on topic with an honest holding
+  answer); ``answer_on_topic.keyword_rate`` by the plain keyword check
+  :func:`~rtgate.apps.voice.labels.keyword_on_topic` (ood left out); every call's turns,
+  topics and first answers are in ``calls_detail``;
 - ``serial_baseline``: the same question clips through serial ASR → LLM → TTS (fixed
   silence endpointing, full-window Whisper, the whole answer, then its whole audio),
   measured in the same run on the same models.
@@ -24,11 +37,13 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rtgate.apps.voice.frames import RATE, Pcm, TranscriptFrame, TurnEndFrame
+from rtgate.apps.voice.frames import RATE, AgentTextFrame, Pcm, TranscriptFrame, TurnEndFrame
+from rtgate.apps.voice.labels import keyword_on_topic, true_bounds
 from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels
 from rtgate.apps.voice.transport import RecordingOut, read_wav
@@ -36,7 +51,7 @@ from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker
 from rtgate.core.budget import Budget
 from rtgate.core.request import Piece, Request
 
-__all__ = ["Clip", "percentiles", "run", "speech_bounds"]
+__all__ = ["Clip", "agent_starts", "percentiles", "run", "smart_turn_cost", "speech_bounds"]
 
 FRAME = RATE // 50  # the simulated caller sends 20 ms at a time, as a phone line (RTP) does
 
@@ -48,8 +63,9 @@ class Clip:
     kind: str
     text: str
     pcm: Pcm
-    onset: float  # seconds of the first speech in the clip
-    end: float  # seconds of the end of speech
+    onset: float  # seconds of the first speech in the clip (the true label)
+    end: float  # seconds of the end of speech (the true label)
+    topic: str | None = None
 
 
 def speech_bounds(pcm: Pcm, db: float = -40.0) -> tuple[float, float]:
@@ -68,9 +84,26 @@ def load_clips() -> dict[str, Clip]:
     out = {}
     for name, m in manifest.items():
         pcm = read_wav(data_path("clips", f"{name}.wav"))
-        onset, end = speech_bounds(pcm)
-        out[name] = Clip(name, m["lang"], m["kind"], m["text"], pcm, onset, end)
+        onset, end = (m["onset_s"], m["end_s"]) if "end_s" in m else true_bounds(pcm)
+        out[name] = Clip(name, m["lang"], m["kind"], m["text"], pcm, onset, end, m.get("topic"))
     return out
+
+
+def load_eval(folder: Path) -> list[tuple[str, list[Turn], dict[str, Any]]]:
+    """The calls of ``rtgate voice make-eval``: (language, turns, voice) per call."""
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    calls = []
+    for c in manifest["calls"]:
+        turns = []
+        for t in c["turns"]:
+            pcm = read_wav(folder / t["wav"])
+            kind = t["kind"]
+            clip = Clip(
+                t["wav"], c["lang"], kind, t["text"], pcm, t["onset_s"], t["end_s"], t["topic"]
+            )
+            turns.append(Turn([(clip, 0.0)], bargein=bool(t["bargein"])))
+        calls.append((c["lang"], turns, c["voice"]))
+    return calls
 
 
 def percentiles(xs: list[float]) -> dict[str, float | None]:
@@ -103,6 +136,9 @@ class CallResult:
     turns: int = 0
     cut_ins: int = 0
     missed_bargeins: int = 0
+    by_lang: dict[str, list[int]] = field(default_factory=dict)  # lang -> [turns, cut-ins]
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    audio_ms: list[float] = field(default_factory=list)  # Smart Turn calls, wall time
     cut_in_details: list[dict[str, Any]] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
     by_rule: list[tuple[str, float]] = field(default_factory=list)
@@ -121,6 +157,12 @@ class CallResult:
         self.cut_ins += r.cut_ins
         self.missed_bargeins += r.missed_bargeins
         self.cut_in_details += r.cut_in_details
+        for lang, (n, k) in r.by_lang.items():
+            row = self.by_lang.setdefault(lang, [0, 0])
+            row[0] += n
+            row[1] += k
+        self.calls += r.calls
+        self.audio_ms += r.audio_ms
 
 
 def _script(rng: random.Random, clips: dict[str, Clip], lang: str, n: int) -> list[Turn]:
@@ -141,33 +183,46 @@ def _script(rng: random.Random, clips: dict[str, Clip], lang: str, n: int) -> li
 
 
 async def _call(
-    models: VoiceModels, turns: list[Turn], rng: random.Random, lang: str
+    models: VoiceModels,
+    turns: list[Turn],
+    rng: random.Random,
+    lang: str,
+    floor: Pcm | None = None,
+    about: dict[str, Any] | None = None,
 ) -> CallResult:
+    """One call; ``floor``: the line's noise between the caller's turns (looped), else
+    digital silence."""
     out = RecordingOut()
     res = CallResult()
-    silence = np.zeros(FRAME, dtype=np.float32)
+    pos = 0
+
+    def quiet(n: int) -> Pcm:
+        nonlocal pos
+        if floor is None or not len(floor):
+            return np.zeros(n, dtype=np.float32)
+        idx = (pos + np.arange(n)) % len(floor)
+        pos += n
+        return floor[idx]
+
     async with VoiceCall(models, out, lang=lang) as call:
-        loop = asyncio.get_running_loop()
 
         async def idle_for(seconds: float, limit: float) -> None:
             """Feed silence until the agent has answered and then been quiet ``seconds``
             (at most ``limit``): a caller waits for the reply before going on."""
-            quiet, waited, heard = 0.0, 0.0, len(out.chunks)
-            while waited < limit and not (quiet >= seconds and len(out.chunks) > heard):
-                await call.feed(silence, frame=FRAME)
+            quiet_s, waited, heard = 0.0, 0.0, len(out.chunks)
+            while waited < limit and not (quiet_s >= seconds and len(out.chunks) > heard):
+                await call.feed(quiet(FRAME), frame=FRAME)
                 waited += FRAME / RATE
-                quiet = 0.0 if call.output.playing else quiet + FRAME / RATE
+                quiet_s = 0.0 if call.output.playing else quiet_s + FRAME / RATE
 
-        await call.feed(np.zeros(RATE // 2, dtype=np.float32), frame=FRAME)
+        await call.feed(quiet(RATE // 2), frame=FRAME)
         for turn in turns:
             if turn.bargein:
                 waited = 0.0
                 while not call.output.playing and waited < 4.0:
-                    await call.feed(silence, frame=FRAME)
+                    await call.feed(quiet(FRAME), frame=FRAME)
                     waited += FRAME / RATE
-                await call.feed(
-                    np.zeros(int(rng.uniform(0.3, 0.8) * RATE), dtype=np.float32), frame=FRAME
-                )
+                await call.feed(quiet(int(rng.uniform(0.3, 0.8) * RATE)), frame=FRAME)
             else:
                 await idle_for(rng.uniform(0.4, 0.8), 8.0)
             start = call.fed
@@ -175,32 +230,80 @@ async def _call(
             for clip, pause in turn.parts:
                 await call.feed(clip.pcm, frame=FRAME)
                 if pause:
-                    await call.feed(np.zeros(int(pause * RATE), dtype=np.float32), frame=FRAME)
+                    await call.feed(quiet(int(pause * RATE)), frame=FRAME)
             turn.onset = start + first.onset
             turn.end = call.fed - len(last.pcm) / RATE + last.end
         await idle_for(0.8, 8.0)
         await call.finish()
-        _score(call, out, turns, res, loop.time)
+        _score(call, out, turns, res, lang, about or {})
     return res
 
 
-def _score(call: VoiceCall, out: RecordingOut, turns: list[Turn], res: CallResult, _: Any) -> None:
+def agent_starts(out: RecordingOut, gap_s: float = 0.06) -> list[tuple[float, str]]:
+    """(loop time, kind) of each agent utterance's start: its first chunk, and every chunk
+    that begins more than ``gap_s`` after the previous one ended."""
+    starts: list[tuple[float, str]] = []
+    prev_end = -1e9
+    for c in sorted(out.chunks, key=lambda c: c.at):
+        if c.at - prev_end > gap_s:
+            starts.append((c.at, c.kind))
+        prev_end = max(prev_end, c.at + len(c.pcm) / RATE)
+    return starts
+
+
+def _texts(call: VoiceCall, turn: int, kind: str) -> str:
+    return " ".join(
+        f.text
+        for _, s, f in call.events
+        if s == "agent" and isinstance(f, AgentTextFrame) and f.turn == turn and f.kind == kind
+    ).strip()
+
+
+def _kb_on_topic(answer: str, topic: str | None, lang: str) -> bool:
+    """The knowledge base's own check (``kb_eval.on_topic``: the entry's reply, a holding
+    answer naming the topic, or the answer's keywords and intent; for an ood call only an
+    honest holding answer)."""
+    from rtgate.apps.voice.kb_eval import on_topic
+
+    return on_topic(answer, topic or "ood", lang)
+
+
+def _score(
+    call: VoiceCall,
+    out: RecordingOut,
+    turns: list[Turn],
+    res: CallResult,
+    lang: str,
+    about: dict[str, Any],
+) -> None:
     decided = {
         f.turn: at for at, s, f in call.events if s == "turns" and isinstance(f, TurnEndFrame)
     }
     ends = {e.turn: e for e in call.turns.ended}
+    finals = {
+        f.turn: f.text
+        for _, s, f in call.events
+        if s == "asr" and isinstance(f, TranscriptFrame) and f.final
+    }
     res.decode_ms += [
         f.decode_ms for _, s, f in call.events if s == "asr" and isinstance(f, TranscriptFrame)
     ]
+    starts = agent_starts(out)
+    res.audio_ms += [ms for _, _, _, ms in call.turns.audio_scores]
+    lang_row = res.by_lang.setdefault(lang, [0, 0])
+    rows: list[dict[str, Any]] = []
     for i, turn in enumerate(turns):
         res.turns += 1
+        lang_row[0] += 1
+        clip = turn.parts[-1][0]
+        t_onset, t_end = call.t0 + turn.onset, call.t0 + turn.end
         mine = [n for n, e in ends.items() if turn.end - 0.05 <= e.t <= turn.end + 0.5]
         if mine:
-            res.decision_ms.append((decided[mine[0]] - (call.t0 + turn.end)) * 1000.0)
+            res.decision_ms.append((decided[mine[0]] - t_end) * 1000.0)
             res.rules.append(ends[mine[0]].rule)
         early = [e for e in call.turns.ended if turn.onset < e.decided_t < turn.end]
         if early:
-            res.cut_ins += 1
+            res.cut_ins += 1  # decided early (interruption_rate)
             e = early[0]
             res.cut_in_details.append(
                 {
@@ -208,24 +311,65 @@ def _score(call: VoiceCall, out: RecordingOut, turns: list[Turn], res: CallResul
                     "rule": e.rule,
                     "heard": e.text,
                     "p_end": None if e.p_end is None else round(e.p_end, 3),
+                    "p_audio": None if e.p_audio is None else round(e.p_audio, 3),
                     "decided_s_before_end": round(turn.end - e.decided_t, 3),
                 }
             )
-        nxt = turns[i + 1].onset if i + 1 < len(turns) else float("inf")
-        played = [c.at for c in out.chunks if call.t0 + turn.end <= c.at < call.t0 + nxt]
-        if played:
-            ms = (min(played) - (call.t0 + turn.end)) * 1000.0
-            res.first_audio_ms.append(ms)
+        # the agent started talking over them
+        over = [(st, kind) for st, kind in starts if t_onset < st < t_end]
+        if over:
+            lang_row[1] += 1
+        nxt = call.t0 + turns[i + 1].onset if i + 1 < len(turns) else float("inf")
+        after = [st for st, _ in starts if t_end <= st < nxt]
+        first_ms = None
+        if after and not over:
+            first_ms = (min(after) - t_end) * 1000.0
+            res.first_audio_ms.append(first_ms)
             rule = ends[mine[0]].rule if mine else "none"
-            res.by_rule.append((rule, ms))
-            if ms > 300:
-                res.slow.append(_why_slow(call, turn, ends[mine[0]] if mine else None, ms))
+            res.by_rule.append((rule, first_ms))
+            if first_ms > 300:
+                res.slow.append(_why_slow(call, turn, ends[mine[0]] if mine else None, first_ms))
+        stop_ms = None
         if turn.bargein:
             stops = [at for t, at in call.output.stops if turn.onset - 0.2 <= t < turn.end]
             if stops:
-                res.bargein_stop_ms.append((min(stops) - (call.t0 + turn.onset)) * 1000.0)
+                stop_ms = (min(stops) - t_onset) * 1000.0
+                res.bargein_stop_ms.append(stop_ms)
             else:
                 res.missed_bargeins += 1
+        n = mine[0] if mine else (early[0].turn if early else None)
+        answer = _texts(call, n, "answer") if n is not None else ""
+        end = ends.get(n) if n is not None else None
+        rows.append(
+            {
+                "text": clip.text
+                if len(turn.parts) == 1
+                else " | ".join(c.text for c, _ in turn.parts),
+                "topic": clip.topic,
+                "kind": clip.kind,
+                "bargein": turn.bargein,
+                "true_onset_s": round(turn.onset, 3),
+                "true_end_s": round(turn.end, 3),
+                "heard": finals.get(n) if n is not None else None,
+                "rule": end.rule if end else None,
+                "p_end": None if end is None or end.p_end is None else round(end.p_end, 3),
+                "p_audio": None if end is None or end.p_audio is None else round(end.p_audio, 3),
+                "ack": _texts(call, n, "ack") if n is not None else "",
+                "answer": answer,
+                "followup": _texts(call, n, "followup") if n is not None else "",
+                "first_audio_ms": None if first_ms is None else round(first_ms, 1),
+                "cut_in": bool(over),
+                "cut_in_by": [
+                    {"kind": kind, "after_onset_ms": round((st - t_onset) * 1000.0, 1)}
+                    for st, kind in over
+                ],
+                "decided_early": bool(early),
+                "bargein_stop_ms": None if stop_ms is None else round(stop_ms, 1),
+                "on_topic": None if turn.bargein else _kb_on_topic(answer, clip.topic, lang),
+                "on_topic_keywords": None if turn.bargein else keyword_on_topic(answer, clip.topic),
+            }
+        )
+    res.calls.append({"lang": lang, "voice": about, "turns": rows})
 
 
 def _why_slow(call: VoiceCall, turn: Turn, end: TurnEndFrame | None, ms: float) -> dict[str, Any]:
@@ -287,31 +431,84 @@ async def _run(
     serial_hangover_ms: float,
     semantic_turns: bool,
     asr_step_s: float,
+    audio_turns: bool,
+    eval_dir: Path | None,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
-    clips = load_clips()
-    cfg = VoiceConfig(asr_model=asr_model, semantic_turns=semantic_turns, asr_step_s=asr_step_s)
+    cfg = VoiceConfig(
+        asr_model=asr_model,
+        semantic_turns=semantic_turns,
+        asr_step_s=asr_step_s,
+        audio_turns=audio_turns,
+    )
     total = CallResult()
+    serial: list[float] = []
     async with VoiceModels(cfg) as models:
-        for n in range(calls):
-            lang = "zh" if n % 2 == 0 else "en"
-            total.add(await _call(models, _script(rng, clips, lang, n), rng, lang))
-        questions = [c for c in clips.values() if c.kind in ("question", "deep")]
-        serial = await _serial(models, questions, serial_hangover_ms)
-    return _report(calls, total, serial, serial_hangover_ms, cfg)
+        if eval_dir is not None:
+            from rtgate.apps.voice.evalset import line_noise
+
+            held = load_eval(eval_dir)[:calls] if calls else load_eval(eval_dir)
+            for n, (lang, turns, voice) in enumerate(held):
+                floor = line_noise(RATE * 7, voice["noise_db"], voice["hum"], seed * 100 + n)
+                total.add(await _call(models, turns, rng, lang, floor, voice))
+            calls = len(held)
+        else:
+            clips = load_clips()
+            for n in range(calls):
+                lang = "zh" if n % 2 == 0 else "en"
+                total.add(await _call(models, _script(rng, clips, lang, n), rng, lang))
+            questions = [c for c in clips.values() if c.kind in ("question", "deep")]
+            serial = await _serial(models, questions, serial_hangover_ms)
+    report = _report(calls, total, serial, serial_hangover_ms, cfg)
+    report["audio_eot_call_ms"] = percentiles(total.audio_ms)
+    report["set"] = "validation" if eval_dir is None else f"eval ({eval_dir})"
+    return report
+
+
+def _on_topic(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    scored = [r["on_topic"] for r in rows if r["on_topic"] is not None]
+    words = [r["on_topic_keywords"] for r in rows if r["on_topic_keywords"] is not None]
+    return {
+        "rate": round(sum(scored) / len(scored), 4) if scored else None,
+        "turns": len(scored),
+        "check": "kb_eval.on_topic (the knowledge base's check; ood: an honest holding answer)",
+        "keyword_rate": round(sum(words) / len(words), 4) if words else None,
+        "keyword_turns": len(words),
+        "keyword_check": "labels.keyword_on_topic (a keyword per topic id; ood left out)",
+    }
 
 
 def _report(
     calls: int, total: CallResult, serial: list[float], serial_hangover_ms: float, cfg: VoiceConfig
 ) -> dict[str, Any]:
     """The JSON report: the calls' totals, the serial baseline and the settings."""
+    rows = [r for c in total.calls for r in c["turns"]]
+    by_lang = {
+        lang: {
+            "turns": n,
+            "cut_ins": k,
+            "cut_in_rate": round(k / max(1, n), 4),
+            "answer_on_topic": _on_topic(
+                [r for c in total.calls if c["lang"] == lang for r in c["turns"]]
+            ),
+        }
+        for lang, (n, k) in sorted(total.by_lang.items())
+    }
+    cut = sum(k for _, k in total.by_lang.values())
     return {
         "calls": calls,
         "turns": total.turns,
+        "timing": "from the true end / onset of the caller's voice (10 ms RMS over -45 dBFS)",
         "first_audio_ms": percentiles(total.first_audio_ms),
+        "first_audio_turns": len(total.first_audio_ms),
         "bargein_stop_ms": percentiles(total.bargein_stop_ms),
         "turn_end_decision_ms": percentiles(total.decision_ms),
         "asr_decode_ms": percentiles(total.decode_ms),
+        "cut_in_rate": round(cut / max(1, total.turns), 4),
+        "cut_ins_by_truth": cut,
+        "by_lang": by_lang,
+        "answer_on_topic_rate": _on_topic(rows)["rate"],
+        "answer_on_topic": _on_topic(rows),
         "interruption_rate": round(total.cut_ins / max(1, total.turns), 4),
         "serial_baseline": {
             "first_audio_ms": percentiles(serial),
@@ -322,6 +519,7 @@ def _report(
         "missed_bargeins": total.missed_bargeins,
         "asr_model": cfg.asr_model,
         "semantic_turns": cfg.semantic_turns,
+        "audio_turns": cfg.audio_turns,
         "asr_step_s": cfg.asr_step_s,
         "llm": cfg.llm,
         "cloud": "emulated cloud-70b (local model + CLOUD_70B latency)",
@@ -330,8 +528,9 @@ def _report(
             rule: percentiles([ms for r, ms in total.by_rule if r == rule])
             for rule in sorted({r for r, _ in total.by_rule})
         },
-        "cut_ins": total.cut_in_details,
+        "early_decisions": total.cut_in_details,
         "slow_turns": total.slow,
+        "calls_detail": total.calls,
         "samples": {
             "first_audio_ms": [round(x, 1) for x in total.first_audio_ms],
             "turn_end_decision_ms": [round(x, 1) for x in total.decision_ms],
@@ -347,7 +546,43 @@ def run(
     serial_hangover_ms: float = 700.0,
     semantic_turns: bool = True,
     asr_step_s: float | None = None,
+    audio_turns: bool = True,
+    eval_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the benchmark (real time: about 15 s per call) and return the JSON report."""
+    """Run the benchmark (real time: about 15 s per call) and return the JSON report. With
+    ``eval_dir`` the held-out calls there (``calls`` 0: all of them)."""
     step = VoiceConfig().asr_step_s if asr_step_s is None else asr_step_s
-    return asyncio.run(_run(calls, seed, asr_model, serial_hangover_ms, semantic_turns, step))
+    return asyncio.run(
+        _run(
+            calls, seed, asr_model, serial_hangover_ms, semantic_turns, step, audio_turns, eval_dir
+        )
+    )
+
+
+def smart_turn_cost(calls: int = 50) -> dict[str, Any]:
+    """CPU cost of one Smart Turn call (one thread), split into the numpy features and the
+    ONNX run, on 8 s windows of the packaged clips."""
+    from rtgate.apps.voice.smart_turn import SmartTurn, fit_window, log_mel
+
+    model = SmartTurn(threads=1)
+    clips = list(load_clips().values())
+    feats_ms, onnx_ms, total_ms = [], [], []
+    for i in range(calls + 3):
+        window = fit_window(clips[i % len(clips)].pcm)
+        t0 = time.perf_counter()
+        feats = log_mel(window)[None]
+        t1 = time.perf_counter()
+        model.session.run(None, {model._input: feats})
+        t2 = time.perf_counter()
+        if i >= 3:  # the first calls warm the session up
+            feats_ms.append((t1 - t0) * 1000.0)
+            onnx_ms.append((t2 - t1) * 1000.0)
+            total_ms.append((t2 - t0) * 1000.0)
+    return {
+        "model": str(model.path.name),
+        "calls": calls,
+        "threads": 1,
+        "features_ms": percentiles(feats_ms),
+        "onnx_ms": percentiles(onnx_ms),
+        "total_ms": percentiles(total_ms),
+    }

@@ -90,6 +90,26 @@ def run(
     console.print(f"[dim]agent audio: {out}[/dim]")
 
 
+@app.command("make-eval")
+def make_eval(
+    out: Path = typer.Option(Path("out/voice-eval"), "--out", help="directory for the calls"),
+    seed: int = typer.Option(17, help="random seed (voices, rates, pauses, noise, scripts)"),
+    calls: int = typer.Option(24, "--calls", help="calls (half zh, half en)"),
+) -> None:
+    """Generate the held-out evaluation calls (espeak-ng, Piper, sox; never tuned on) for
+    ``rtgate bench voice --set eval --eval-dir DIR``."""
+    from rtgate.apps.voice.evalset import make
+
+    manifest = make(out, seed=seed, calls=calls)
+    turns = [t for c in manifest["calls"] for t in c["turns"]]
+    paused = sum(bool(t["pauses_s"]) for t in turns)
+    barge = sum(t["bargein"] for t in turns)
+    console.print(
+        f"{len(manifest['calls'])} calls, {len(turns)} turns ({paused} with pauses inside, "
+        f"{barge} barge-ins) -> {out}"
+    )
+
+
 @app.command("eot-eval")
 def eot_eval(
     json_out: Path | None = typer.Option(None, "--json", help="write the report here"),
@@ -157,13 +177,33 @@ def bench_voice(
     asr_step: float | None = typer.Option(
         None, "--asr-step", help="seconds of speech between partial decodes (default: 0.4)"
     ),
+    audio_turns: bool = typer.Option(
+        True, help="fuse Smart Turn (the voice) into the turn's end (off: the ablation)"
+    ),
+    which: str = typer.Option(
+        "validation", "--set", help="validation (the packaged clips) or eval (held out)"
+    ),
+    eval_dir: Path = typer.Option(
+        Path("out/voice-eval"), "--eval-dir", help="calls of `rtgate voice make-eval`"
+    ),
 ) -> None:
-    """Simulated calls: first audio after end of speech, barge-in stop, cut-ins, and the
-    serial ASR → LLM → TTS baseline, measured in the same run."""
+    """Simulated calls: first audio after the true end of speech, barge-in stop, cut-ins
+    per language, first answers on topic, and (validation) the serial ASR → LLM → TTS
+    baseline, measured in the same run."""
     from rtgate.apps.voice.bench import run as run_bench
 
+    if which not in ("validation", "eval"):
+        raise typer.BadParameter("--set is validation or eval")
+    if which == "eval" and not (eval_dir / "manifest.json").is_file():
+        raise typer.BadParameter(f"{eval_dir}: no manifest.json (rtgate voice make-eval)")
     report = run_bench(
-        calls=calls, seed=seed, asr_model=asr, semantic_turns=semantic_turns, asr_step_s=asr_step
+        calls=calls if which == "validation" else 0,
+        seed=seed,
+        asr_model=asr,
+        semantic_turns=semantic_turns,
+        asr_step_s=asr_step,
+        audio_turns=audio_turns,
+        eval_dir=eval_dir if which == "eval" else None,
     )
     table = Table(title=f"voice bench: {report['calls']} calls, {report['turns']} turns")
     table.add_column("metric")
@@ -176,12 +216,37 @@ def bench_voice(
         table.add_row(label, f"{report[key]['p50']}", f"{report[key]['p95']}")
     base = report["serial_baseline"]["first_audio_ms"]
     table.add_row("serial baseline first audio (ms)", f"{base['p50']}", f"{base['p95']}")
-    table.add_row("cut-in rate", f"{report['interruption_rate']:.1%}", "")
+    for lang, row in report["by_lang"].items():
+        table.add_row(f"cut-in rate {lang}", f"{row['cut_in_rate']:.1%}", "")
+    table.add_row("decided before the true end", f"{report['interruption_rate']:.1%}", "")
+    rate = report["answer_on_topic_rate"]
+    table.add_row("answer on topic (keywords)", "-" if rate is None else f"{rate:.1%}", "")
     console.print(table)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         console.print(f"[dim]wrote {json_out}[/dim]")
+
+
+@bench_app.command("smart-turn")
+def bench_smart_turn(
+    calls: int = typer.Option(50, "--calls", help="model calls to time"),
+    json_out: Path | None = typer.Option(None, "--json", help="write the report here"),
+) -> None:
+    """CPU cost of one Smart Turn v3.2 call (features + ONNX, one thread)."""
+    from rtgate.apps.voice.bench import smart_turn_cost
+
+    report = smart_turn_cost(calls)
+    table = Table(title=f"Smart Turn v3.2: {calls} calls, 1 thread")
+    table.add_column("part")
+    table.add_column("p50 ms", justify="right")
+    table.add_column("p95 ms", justify="right")
+    for key in ("features_ms", "onnx_ms", "total_ms"):
+        table.add_row(key[:-3], f"{report[key]['p50']}", f"{report[key]['p95']}")
+    console.print(table)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2) + "\n")
 
 
 def _mount_kb() -> None:

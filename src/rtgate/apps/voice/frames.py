@@ -109,7 +109,8 @@ class TurnEndFrame(ControlFrame):
 
     ``t`` is when speech stopped, ``decided_t`` the audio time of the decision and
     ``rule`` the cue that decided it (``question``, ``clause``, ``complete``, ``timeout``,
-    ``end``); ``p_end`` the end-of-turn score of ``text`` when there was one.
+    ``end``; with the audio model ``TEXT/VOICE``, e.g. ``ask/done``); ``p_end`` the
+    end-of-turn score of ``text`` when there was one, ``p_audio`` the audio model's.
     """
 
     turn: int
@@ -119,6 +120,7 @@ class TurnEndFrame(ControlFrame):
     decided_t: float
     rule: str
     p_end: float | None = None
+    p_audio: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,7 +36,7 @@ from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.pipeline import Pipeline, Stage
 from rtgate.apps.voice.transport import AudioOut, OutputStage, RecordingOut
 from rtgate.apps.voice.tts import TTSStage, VoiceTTS
-from rtgate.apps.voice.turns import TurnRules, TurnStage
+from rtgate.apps.voice.turns import AudioEndOfTurn, TurnRules, TurnStage
 from rtgate.apps.voice.vad import SileroVAD, SpeechTracker, VADStage
 from rtgate.core.errors import InvalidRequest
 from rtgate.domains.loader import GENERIC_JUDGE, load_generic_judge
@@ -70,6 +70,9 @@ class VoiceConfig:
     vad_hangover_ms: float = 64.0
     # the local model scores complete-looking clauses as finished turns or not (eot.py)
     semantic_turns: bool = True
+    # Smart Turn v3.2 reads the caller's voice; the turn's end fuses it with the words and
+    # the silence (turns.py). Off: the words and the silence only (the ablation)
+    audio_turns: bool = True
     rules: TurnRules = field(default_factory=TurnRules)
     ack_budget_ms: float = 250.0
     answer_budget_ms: float = 2500.0
@@ -128,6 +131,7 @@ class VoiceModels:
         self.answer_gate: Gate | None = None
         self.deep_gate: Gate | None = None
         self.eot: EndOfTurn | None = None
+        self.audio_eot: AudioEndOfTurn | None = None
         # which turns the big model follows up: the domain-free judge (the text's own
         # complexity signals), fitted by `rtgate intents judge`
         self.judge: Judge | None = load_generic_judge() if GENERIC_JUDGE.exists() else None
@@ -142,6 +146,10 @@ class VoiceModels:
         ack_tiers, answer_tiers, deep_tiers, backend = _tiers(cfg)
         if cfg.semantic_turns:
             self.eot = LMEndOfTurn(backend)
+        if cfg.audio_turns:
+            from rtgate.apps.voice.smart_turn import SmartTurn
+
+            self.audio_eot = await asyncio.to_thread(SmartTurn)
         self.ack_gate = Gate(ack_tiers, config=GateConfig(delegate=False))
         self.answer_gate = Gate(answer_tiers, config=GateConfig(delegate=False))
         self.deep_gate = Gate(deep_tiers)
@@ -168,6 +176,8 @@ class VoiceModels:
             await self.eot.prime()
             for lang, line in (("zh", "我想改一下我的地址"), ("en", "I need to change my address")):
                 await self.eot.p_end(line, lang)  # and one score each, through the cache
+        if self.audio_eot is not None:
+            await asyncio.to_thread(self.audio_eot.p_end, _silence(1.0))
         table = json.loads(data_path("acks.json").read_text(encoding="utf-8"))
         for tpl in table["templates"]:
             lang = "zh" if tpl["id"].startswith("zh") else "en"
@@ -227,7 +237,7 @@ class VoiceCall:
             answer_tokens=cfg.answer_tokens,
             judge=models.judge,
         )
-        self.turns = TurnStage(cfg.rules, eot=models.eot)
+        self.turns = TurnStage(cfg.rules, eot=models.eot, audio_eot=models.audio_eot)
         self.output = OutputStage(self.out, pace=pace_out, lead_s=lead_s)
         self.listener = listener
         stages: list[Stage] = [
@@ -327,6 +337,7 @@ class VoiceCall:
                     speech_end_s=round(f.t, 3),
                     rule=f.rule,
                     p_end=None if f.p_end is None else round(f.p_end, 3),
+                    p_audio=None if f.p_audio is None else round(f.p_audio, 3),
                     turn_end_ms=ms(at, f.t),
                     _end=f.t,
                     _id=f.id,

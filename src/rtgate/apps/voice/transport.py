@@ -4,6 +4,9 @@
 to an :class:`AudioOut` when it is due (``pace=True``: in real time, like a phone line), so
 a barge-in can stop the agent within one chunk. It tells the caller side when the agent
 starts and stops talking (``AgentStartedFrame``/``AgentStoppedFrame``, sent upstream).
+A follow-up (the big model's answer, late by nature) is not started while the caller is
+speaking: it is dropped (``held_back``), since starting it would talk over them until the
+barge-in stopped it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from rtgate.apps.voice.frames import (
     Frame,
     InterruptionFrame,
     Pcm,
+    SpeechStartFrame,
+    SpeechStopFrame,
 )
 from rtgate.apps.voice.pipeline import Stage
 from rtgate.core.errors import InvalidRequest
@@ -93,6 +98,8 @@ class OutputStage(Stage):
         self.playing = False
         self._play_at = 0.0
         self.stops: list[tuple[float, float]] = []  # (caller speech t, loop time stopped)
+        self.caller_speaking = False
+        self.held_back = 0  # follow-ups not started because the caller was speaking
 
     async def process_frame(self, frame: Frame, upstream: bool) -> None:
         if isinstance(frame, InterruptionFrame):
@@ -103,8 +110,13 @@ class OutputStage(Stage):
                 await self.push(AgentStoppedFrame(interrupted=True), upstream=True)
             await self.push(frame)
             return
+        if isinstance(frame, SpeechStartFrame | SpeechStopFrame):
+            self.caller_speaking = isinstance(frame, SpeechStartFrame)
         if not isinstance(frame, AgentAudioFrame):
             await self.push(frame, upstream)
+            return
+        if frame.kind == "followup" and self.caller_speaking and not self.playing:
+            self.held_back += 1
             return
         loop = asyncio.get_running_loop()
         if not self.playing:

@@ -14,6 +14,17 @@ transcript that covers the end of speech (:func:`cue`):
   waiting for its main clause (如果…/因为…/"if…"/"when…" with no comma yet), or no covering
   transcript yet: wait up to the timeout.
 
+With an audio end-of-turn model (:mod:`rtgate.apps.voice.smart_turn`) the wait is fused
+from three signals (:meth:`TurnRules.fused_wait_ms`): what the words say (a strong question
+ending, a weaker question, a clause with the local model's score, trailing off), what the
+voice says (Smart Turn's probability that the turn is complete: ``done``, ``unsure`` or
+``more``) and how long the silence already is (the audio is scored again every
+``audio_every_ms`` of silence, with more of the silence in its window). Words and voice that
+agree shorten the wait; a voice that goes on lengthens it past the pauses callers make
+between clauses. Neither decides alone: a finished question whose voice sounds unfinished
+still ends after the ``more`` wait of a question, and a finished-sounding voice on a
+trailing "and…" or a clause the local model reads as unfinished still waits long.
+
 Caller speech while the agent is talking is a barge-in: the stage sends an
 :class:`~rtgate.apps.voice.frames.InterruptionFrame` down at once, on the first frame whose
 speech probability reaches ``barge_prob`` (0.3, under the VAD's 0.5 speech start) once the
@@ -25,11 +36,15 @@ from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import dataclass
-from typing import Literal
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
 
 from rtgate.apps.voice.eot import EndOfTurn
 from rtgate.apps.voice.frames import (
+    RATE,
     AgentStartedFrame,
     AgentStoppedFrame,
     AudioFrame,
@@ -44,9 +59,34 @@ from rtgate.apps.voice.frames import (
 )
 from rtgate.apps.voice.pipeline import Stage
 
-__all__ = ["Cue", "TurnRules", "TurnStage", "cue"]
+__all__ = [
+    "AudioEndOfTurn",
+    "Cue",
+    "TextClass",
+    "TurnRules",
+    "TurnStage",
+    "Voice",
+    "cue",
+    "text_class",
+    "voice_class",
+]
 
 Cue = Literal["question", "clause"]
+TextClass = Literal["ask", "question", "sure", "complete", "clause", "open"]
+"""What the words say, strongest first: ``ask`` (ends on a question mark or a final
+question particle), ``question`` (a question by its opening or a wh-word), a clause the
+local model is ``sure`` of / reads as ``complete`` / does not know, ``open`` (trailing off,
+a subordinate clause waiting for its main clause, or no covering transcript)."""
+Voice = Literal["done", "unsure", "more"]
+"""What the voice says (the audio model's probability against ``audio_done_p`` and
+``audio_more_p``)."""
+
+
+class AudioEndOfTurn(Protocol):
+    """P(turn complete) from the turn's audio (synchronous: run off the event loop)."""
+
+    def p_end(self, audio: np.ndarray) -> float: ...
+
 
 _ZH_TRAIL = (
     "那个", "这个", "就是", "然后", "还有", "而且", "但是", "可是", "因为", "所以", "如果",
@@ -78,6 +118,54 @@ _EN_ASK = re.compile(
 )
 _PUNCT = "。！？!?.…,，、；;：: \"'“”"
 _CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+_ZH_FINAL_PARTICLE = ("吗", "呢", "吧", "么")
+
+
+def text_class(text: str | None, p_text: float | None, rules: TurnRules) -> TextClass:
+    """:data:`TextClass` of the covering transcript (``None``: none covers the end)."""
+    c = cue(text) if text is not None else None
+    if c is None or text is None:
+        return "open"
+    if c == "question":
+        raw = text.strip()
+        core = raw.rstrip(_PUNCT)
+        strong = raw.endswith(("?", "？")) or (
+            bool(_CJK.search(core)) and core.endswith(_ZH_FINAL_PARTICLE)
+        )
+        return "ask" if strong else "question"
+    if p_text is not None and p_text >= rules.sure_p:
+        return "sure"
+    if p_text is not None and p_text >= rules.complete_p:
+        return "complete"
+    return "clause"
+
+
+def voice_class(p_audio: float, rules: TurnRules) -> Voice:
+    """:data:`Voice` of the audio model's probability."""
+    if p_audio >= rules.audio_done_p:
+        return "done"
+    return "more" if p_audio < rules.audio_more_p else "unsure"
+
+
+# Silence (ms) that ends a turn, by what the words say and what the voice says. Rows: from
+# the strongest ending to trailing off; columns: the voice done / unsure / going on / not
+# scored yet for this silence. The voice never shortens what the words say goes on (a
+# ``clause`` the local model reads as unfinished keeps the 600 ms it had: Smart Turn read
+# the 448 ms pause after "我家里的信号最近特别差" as done, 0.70-0.97); a voice that goes on
+# waits past the pauses callers make between clauses (~1 s), except after a question, where
+# the words are near conclusive (Smart Turn reads some finished Mandarin questions as going
+# on: zh_plan 0.03-0.17, and "So I was wondering if you could tell me how much my last bill
+# was." 0.04-0.47, on the validation clips). Tuned on the validation clips only.
+_FUSED: dict[TextClass, tuple[float, float, float, float]] = {
+    "ask": (64.0, 150.0, 250.0, 150.0),
+    "question": (64.0, 300.0, 600.0, 300.0),
+    "sure": (150.0, 350.0, 1100.0, 350.0),
+    "complete": (200.0, 450.0, 1100.0, 450.0),
+    "clause": (600.0, 800.0, 1200.0, 800.0),
+    "open": (700.0, 1200.0, 1500.0, 1200.0),
+}
 
 
 def cue(text: str) -> Cue | None:
@@ -141,6 +229,23 @@ class TurnRules:
     cover_s: float = 0.2
     backdate_s: float = 0.25  # how far back the fade may date the silence
     barge_prob: float = 0.3  # speech probability that stops the agent while it talks
+    # the audio end-of-turn model (with ``TurnStage(audio_eot=...)``)
+    audio_done_p: float = 0.7  # at or above: the voice sounds finished
+    audio_more_p: float = 0.25  # under: the voice goes on
+    audio_every_ms: float = 200.0  # score again after this much more silence (unless done)
+    fade_s: float = 0.048  # the level down this long: score the audio (as the ASR decodes)
+    pre_speech_s: float = 0.5  # audio kept from before the speech started (the model's habit)
+    fused: dict[TextClass, tuple[float, float, float, float]] = field(
+        default_factory=lambda: dict(_FUSED)
+    )
+
+    def fused_wait_ms(self, text: TextClass, voice: Voice | None) -> float:
+        """Silence needed with the audio model; ``voice`` ``None``: no score yet for this
+        silence (the model runs off the loop; on a busy CPU a score takes ~100 ms)."""
+        done, unsure, more, unheard = self.fused[text]
+        if voice is None:
+            return unheard
+        return {"done": done, "unsure": unsure, "more": more}[voice]
 
     def wait_ms(self, c: Cue | None, p_end: float | None = None) -> float:
         if c == "question":
@@ -166,10 +271,21 @@ class TurnStage(Stage):
     name = "turns"
     policy = "drop_oldest"
 
-    def __init__(self, rules: TurnRules | None = None, eot: EndOfTurn | None = None) -> None:
+    def __init__(
+        self,
+        rules: TurnRules | None = None,
+        eot: EndOfTurn | None = None,
+        audio_eot: AudioEndOfTurn | None = None,
+    ) -> None:
         super().__init__()
         self.rules = rules or TurnRules()
         self.eot = eot
+        self.audio_eot = audio_eot
+        # the turn's audio (from ``pre_speech_s`` before it started), at most 8.5 s
+        self._audio: deque[tuple[float, np.ndarray]] = deque()
+        self._audio_task: asyncio.Task[None] | None = None
+        self.p_audio: tuple[int, float, float] | None = None  # (turn, audio until, p)
+        self.audio_scores: list[tuple[int, float, float, float]] = []  # (turn, until, p, ms)
         self._scoring: asyncio.Task[None] | None = None
         self._scoring_text = ""
         self.p_end: tuple[int, str, float] | None = None  # (turn, text, p) of the latest score
@@ -203,8 +319,13 @@ class TurnStage(Stage):
             self.quiet_since = None
             if not self.in_turn:
                 self.in_turn, self.turn, self.latest = True, self.turn + 1, None
+                self.p_audio = None
+                while self._audio and self._audio[0][0] < frame.t - self.rules.pre_speech_s:
+                    self._audio.popleft()
         elif isinstance(frame, AudioFrame):
             self.now = max(self.now, frame.end)
+            if self.audio_eot is not None:
+                self._keep(frame)
             barge = self.agent_speaking and not self._barged and self.caller_speaking is None
             if barge and (frame.prob or 0.0) >= self.rules.barge_prob:
                 # the VAD's speech start needs 0.5; while the agent talks (and the caller's
@@ -220,6 +341,9 @@ class TurnStage(Stage):
                 # level has stayed down since (at most ``backdate_s`` back)
                 since = max(self.loud_until, frame.t - self.rules.backdate_s)
                 self.quiet_since = min(frame.t, since)
+            faded_for = frame.end - self.loud_until
+            if self.quiet_since is not None or (frame.faded and faded_for >= self.rules.fade_s):
+                self._score_audio()  # at the fade: the score is ready when the VAD agrees
             await self._check()
             return
         elif isinstance(frame, TranscriptFrame):
@@ -262,6 +386,52 @@ class TurnStage(Stage):
         if p is not None:
             self.p_end = (frame.turn, frame.text, p)
 
+    def _keep(self, frame: AudioFrame) -> None:
+        self._audio.append((frame.t, frame.pcm))
+        horizon = self.rules.pre_speech_s if not self.in_turn else 8.5
+        while self._audio and self._audio[0][0] < frame.end - horizon:
+            self._audio.popleft()
+
+    def _voice(self) -> Voice | None:
+        """What the voice says about the current silence (``None``: not scored yet)."""
+        if self.p_audio is None or self.quiet_since is None:
+            return None
+        turn, until, p = self.p_audio
+        if turn != self.turn or until < self.quiet_since:
+            return None  # scored before this silence began
+        return voice_class(p, self.rules)
+
+    def _score_audio(self) -> None:
+        """Score the turn's audio up to now when the level has faded for ``fade_s`` or a
+        silence has begun (again every ``audio_every_ms`` of it); one score at a time, in a
+        worker thread."""
+        if self.audio_eot is None or not self.in_turn:
+            return
+        if self._audio_task is not None and not self._audio_task.done():
+            return
+        since = self.quiet_since if self.quiet_since is not None else self.loud_until
+        if self.p_audio is not None:
+            turn, until, p = self.p_audio
+            fresh = turn == self.turn and until >= since
+            if fresh and voice_class(p, self.rules) == "done":
+                return  # more silence will not make it sound more finished
+            if fresh and (self.now - until) * 1000.0 < self.rules.audio_every_ms:
+                return
+        pcm = np.concatenate([p for _, p in self._audio]) if self._audio else None
+        if pcm is None or len(pcm) < RATE // 10:
+            return
+        self._audio_task = asyncio.create_task(self._audio_score_task(self.turn, self.now, pcm))
+
+    async def _audio_score_task(self, turn: int, until: float, pcm: np.ndarray) -> None:
+        assert self.audio_eot is not None
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        p = await asyncio.to_thread(self.audio_eot.p_end, pcm)
+        self.audio_scores.append((turn, until, p, (loop.time() - t0) * 1000.0))
+        if turn == self.turn:
+            self.p_audio = (turn, until, p)
+            await self._check()
+
     async def _check(self) -> None:
         if not self.in_turn or self.quiet_since is None:
             return
@@ -272,6 +442,13 @@ class TurnStage(Stage):
         if covering is not None and self.p_end is not None:
             turn, text, score = self.p_end
             p = score if (turn, text) == (covering.turn, covering.text) else None
+        if self.audio_eot is not None:
+            tc = text_class(covering.text if covering is not None else None, p, self.rules)
+            voice = self._voice()
+            if silence_ms >= self.rules.fused_wait_ms(tc, voice):
+                p_audio = self.p_audio[2] if voice is not None and self.p_audio else None
+                await self._end(f"{tc}/{voice or 'unheard'}", p, p_audio)
+            return
         wait = self.rules.wait_ms(c, p)
         if silence_ms >= wait:
             finished = c == "clause" and wait < self.rules.clause_ms
@@ -282,10 +459,15 @@ class TurnStage(Stage):
         await self.push(InterruptionFrame(t=t))
 
     async def cleanup(self) -> None:
-        if self._scoring is not None:
-            self._scoring.cancel()
+        for task in (self._scoring, self._audio_task):
+            if task is not None:
+                task.cancel()
 
-    async def _end(self, rule: str, p_end: float | None = None) -> None:
+    async def _end(
+        self, rule: str, p_end: float | None = None, p_audio: float | None = None
+    ) -> None:
+        if not self.in_turn:
+            return  # a score that arrived as the turn was ending
         latest = self.covering() or self.latest
         stopped = self.quiet_since if self.quiet_since is not None else self.now
         ev = TurnEndFrame(
@@ -296,8 +478,9 @@ class TurnStage(Stage):
             decided_t=self.now,
             rule=rule,
             p_end=p_end,
+            p_audio=p_audio,
         )
-        self.in_turn, self.latest, self.p_end = False, None, None
+        self.in_turn, self.latest, self.p_end, self.p_audio = False, None, None, None
         self.ended.append(ev)
         await self.push(ev, upstream=True)  # the ASR decodes the final transcript
         await self.push(ev)

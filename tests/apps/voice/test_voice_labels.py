@@ -1,0 +1,62 @@
+"""True speech bounds (the bench's ground truth), the keyword topic check, the eval set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from rtgate.apps.voice.bench import agent_starts
+from rtgate.apps.voice.evalset import line_noise, make
+from rtgate.apps.voice.frames import RATE
+from rtgate.apps.voice.labels import keyword_on_topic, true_bounds
+from rtgate.apps.voice.transport import Played, RecordingOut, read_wav
+
+
+def test_true_bounds_are_the_first_and_last_10ms_over_minus_45_dbfs() -> None:
+    pcm = np.zeros(RATE, dtype=np.float32)
+    pcm[2000:9000] = 0.1 * np.sin(np.arange(7000) * 0.3)  # -23 dBFS
+    pcm[9000:9160] = 10 ** (-50 / 20) * np.sqrt(2)  # a -47 dBFS tail: under the line
+    onset, end = true_bounds(pcm)
+    assert (onset, end) == (0.12, 0.57)  # frames of 160 samples: 2000 -> 12, 9000 -> 56
+    assert true_bounds(np.zeros(RATE, np.float32)) == (0.0, 0.0)
+    assert true_bounds(pcm, db=-60.0)[1] > end
+
+
+def test_keyword_topic_check() -> None:
+    assert keyword_on_topic("您这个月的话费账单是 58 元。", "bill_charges") is True
+    assert keyword_on_topic("您还剩 3 GB 流量。", "bill_charges") is False
+    assert keyword_on_topic("Your roaming pack costs $10 a day.", "roaming") is True
+    assert keyword_on_topic("anything", None) is None
+    assert keyword_on_topic("anything", "not_an_id") is None
+
+
+def test_line_noise_has_the_level_asked_for() -> None:
+    n = line_noise(RATE * 2, -55.0, hum=True, seed=1)
+    assert len(n) == RATE * 2
+    assert abs(20 * np.log10(np.sqrt(np.mean(n**2))) + 55.0) < 0.1
+    assert np.array_equal(n, line_noise(RATE * 2, -55.0, hum=True, seed=1))
+
+
+def _chunk(at: float, seconds: float = 0.02) -> Played:
+    return Played(at, 1, "ack", "x", np.zeros(int(seconds * RATE), np.float32))
+
+
+def test_agent_starts_are_the_chunks_after_a_gap() -> None:
+    out = RecordingOut([_chunk(1.0), _chunk(1.02), _chunk(1.04), _chunk(2.0), _chunk(2.02)])
+    assert agent_starts(out) == [(1.0, "ack"), (2.0, "ack")]
+
+
+def test_the_eval_set_is_generated_with_labels_and_is_reproducible(tmp_path: Path) -> None:
+    a = make(tmp_path / "a", seed=5, calls=2)
+    b = make(tmp_path / "b", seed=5, calls=2)
+    assert a == b  # the same seed, the same calls
+    assert [c["lang"] for c in a["calls"]] == ["zh", "en"]
+    for call in a["calls"]:
+        for t in call["turns"]:
+            pcm = read_wav(tmp_path / "a" / t["wav"])
+            assert 0.2 < t["onset_s"] < t["end_s"] < len(pcm) / RATE
+            assert all(0.3 <= p <= 1.0 for p in t["pauses_s"])
+    saved = json.loads((tmp_path / "a" / "manifest.json").read_text(encoding="utf-8"))
+    assert saved["seed"] == 5 and len(saved["calls"]) == 2
