@@ -30,9 +30,13 @@ def test_bench_gate_writes_the_two_keys(tmp_path: Path) -> None:
     for key in ("decision_p99_us", "template_hit_p99_us"):
         assert report[key] > 0
     assert report["decision_us"]["p50_us"] <= report["decision_p99_us"]
-    assert set(report["met"]) == set(report["goals"]) == {
-        "decision_p99_us",
-        "template_hit_p50_us",
-        "template_hit_p99_us",
-    }
+    assert (
+        set(report["met"])
+        == set(report["goals"])
+        == {
+            "decision_p99_us",
+            "template_hit_p50_us",
+            "template_hit_p99_us",
+        }
+    )
     assert "template hit" in proc.stdout
