@@ -546,7 +546,7 @@ def run(
     serial_hangover_ms: float = 700.0,
     semantic_turns: bool = True,
     asr_step_s: float | None = None,
-    audio_turns: bool = True,
+    audio_turns: bool = False,
     eval_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report. With

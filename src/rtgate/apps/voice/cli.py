@@ -178,7 +178,7 @@ def bench_voice(
         None, "--asr-step", help="seconds of speech between partial decodes (default: 0.4)"
     ),
     audio_turns: bool = typer.Option(
-        True, help="fuse Smart Turn (the voice) into the turn's end (off: the ablation)"
+        False, help="fuse Smart Turn (the voice) into the turn's end (off by default)"
     ),
     which: str = typer.Option(
         "validation", "--set", help="validation (the packaged clips) or eval (held out)"

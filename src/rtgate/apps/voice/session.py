@@ -71,8 +71,10 @@ class VoiceConfig:
     # the local model scores complete-looking clauses as finished turns or not (eot.py)
     semantic_turns: bool = True
     # Smart Turn v3.2 reads the caller's voice; the turn's end fuses it with the words and
-    # the silence (turns.py). Off: the words and the silence only (the ablation)
-    audio_turns: bool = True
+    # the silence (turns.py). Off by default: on the validation calls the fusion cut into
+    # no fewer turns (0 of 34 either way) and was slower (first audio p95 615 vs 288 ms),
+    # and the model costs 50-130 ms of CPU per scored pause here (docs/voice.md)
+    audio_turns: bool = False
     rules: TurnRules = field(default_factory=TurnRules)
     ack_budget_ms: float = 250.0
     answer_budget_ms: float = 2500.0
