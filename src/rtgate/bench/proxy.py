@@ -167,6 +167,7 @@ def _drive(pid: int, port: int, rate: float, seconds: float, connections: int) -
         "p99_ms": round(lat["p99"], 3),
         "achieved_rps": round(r["achieved_rps"], 1),
         "errors": r["error_count"],
+        "error_kinds": r["errors"],  # e.g. http_503, a closed connection, unanswered
         "cpu_ms_per_request": round((_tree_cpu_s(pid) - cpu0) / sent * 1000.0, 3),
     }
 
