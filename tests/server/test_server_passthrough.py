@@ -120,6 +120,15 @@ async def serving(app: Any) -> AsyncIterator[int]:
         sock.close()
 
 
+def _config(port: int, tier_settings: str = "") -> str:
+    """rtgate with one named upstream, ``up`` (model ``up-model``), on ``port``."""
+    return (
+        "[server]\ndiscover_routers = false\n[local]\nenabled = false\n"
+        '[cloud]\nenabled = false\n[tiers.up]\nkind = "openai"\n'
+        f'base_url = "http://127.0.0.1:{port}/v1"\nmodel = "up-model"\n{tier_settings}'
+    )
+
+
 def _is_lane(cls: object) -> bool:
     return cls is PassthroughLane
 
@@ -151,11 +160,7 @@ async def gateway(
     up = Upstream()
     async with serving(up.app) as port:
         toml = tmp_path / "rtgate.toml"
-        toml.write_text(
-            "[server]\ndiscover_routers = false\n[local]\nenabled = false\n"
-            '[cloud]\nenabled = false\n[tiers.up]\nkind = "openai"\n'
-            f'base_url = "http://127.0.0.1:{port}/v1"\nmodel = "up-model"\n{tier_settings}'
-        )
+        toml.write_text(_config(port, tier_settings))
         config = load_config(toml, env={})
         stack = [m for m in server_middleware(config) if lane or not _is_lane(m.cls)]
         if waited_ms:
@@ -351,11 +356,7 @@ async def test_an_upstream_that_is_down_is_a_502(tmp_path: Path) -> None:
     port = sock.getsockname()[1]
     sock.close()  # nothing listens there
     toml = tmp_path / "rtgate.toml"
-    toml.write_text(
-        "[server]\ndiscover_routers = false\n[local]\nenabled = false\n"
-        '[cloud]\nenabled = false\n[tiers.up]\nkind = "openai"\n'
-        f'base_url = "http://127.0.0.1:{port}/v1"\nmodel = "up-model"\n'
-    )
+    toml.write_text(_config(port))
     config = load_config(toml, env={})
     app = create_app(config, assembly=assemble(config), warmup=False)
     async with app.router.lifespan_context(app):

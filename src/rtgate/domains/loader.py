@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -45,6 +46,7 @@ __all__ = [
     "corpus_digest",
     "domain_intents",
     "familiarity",
+    "json_lines",
     "judge_path",
     "load_asks",
     "load_classifier",
@@ -265,23 +267,32 @@ def familiarity(classifier: IntentClassifier, data_dir: Path = DATA_DIR) -> Fami
     return Familiarity(classifier, texts)
 
 
+def json_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` of each JSON line of ``path``, skipping blank lines and
+    ``#`` comments; ``ConfigError`` naming the file (or the line) when it cannot be read."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read {what}: {e}") from e
+    for n, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            yield n, json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}:{n}: not JSON: {e}") from e
+
+
 def load_asks(
     path: Path, *, intents: tuple[str, ...] = INTENTS, kinds: tuple[str, ...] = _ASK_KINDS
 ) -> list[Ask]:
     """Asks from JSON Lines ``{"text", "lang", "kind", "intent"}``; ``ConfigError`` naming
     the line for anything malformed (a simple ask needs a known intent)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read asks: {e}") from e
     out: list[Ask] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
+    for n, row in json_lines(path, "asks"):
         try:
-            row = json.loads(line)
             text, lang, kind, intent = row["text"], row["lang"], row["kind"], row.get("intent")
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
+        except (KeyError, TypeError) as e:
             raise ConfigError(f"{path}:{n}: not an ask: {e}") from e
         if not isinstance(text, str) or not text.strip() or lang not in ("zh", "en"):
             raise ConfigError(f"{path}:{n}: an ask needs a text and lang zh or en")

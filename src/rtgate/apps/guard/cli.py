@@ -503,10 +503,7 @@ def train(
         report = do_train(cfg, out, log=lambda s: console.print(s))
     except RtgateError as e:
         _fail(e)
-    text = json.dumps(report, ensure_ascii=False, indent=1)
-    if json_out is not None:
-        json_out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    _emit(report, json_out)
 
 
 @app.command()
@@ -552,10 +549,7 @@ def evaluate(
             raise InvalidRequest(f"--set must be unseen or outside, got {set_!r}")
     except RtgateError as e:
         _fail(e)
-    text = json.dumps(report, ensure_ascii=False, indent=1)
-    if json_out is not None:
-        json_out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    _emit(report, json_out)
 
 
 @app.command()
@@ -590,3 +584,11 @@ def simulate(
         )
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     console.print(f"wrote {len(clips)} clips to {out}")
+
+
+def _emit(report: Any, json_out: Path | None) -> None:
+    """Print ``report`` as JSON, and write it to ``json_out`` too when given."""
+    text = json.dumps(report, ensure_ascii=False, indent=1)
+    if json_out is not None:
+        json_out.write_text(text + "\n", encoding="utf-8")
+    print(text)

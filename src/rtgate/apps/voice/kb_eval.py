@@ -35,6 +35,7 @@ from rtgate.domains.loader import (
     TELECOM_DIR,
     domain_intents,
     familiarity,
+    json_lines,
     judge_path,
     model_path,
     scope_path,
@@ -93,18 +94,11 @@ class Call:
 def load_calls(path: Path, intents: Sequence[str] | None = None) -> list[Call]:
     """Calls from JSON Lines (module docstring); ``ConfigError`` naming the bad line."""
     known = set(intents or domain_intents(TELECOM_DIR))
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read calls: {e}") from e
     out: list[Call] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
+    for n, row in json_lines(path, "calls"):
         try:
-            row = json.loads(line)
             text, lang, kind, topic = row["text"], row["lang"], row["kind"], row.get("topic")
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
+        except (KeyError, TypeError) as e:
             raise ConfigError(f"{path}:{n}: not a call: {e}") from e
         topics = (topic,) if isinstance(topic, str) else tuple(topic or ())
         if kind not in _KINDS or lang not in ("zh", "en") or not str(text).strip():
