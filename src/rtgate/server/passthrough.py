@@ -219,20 +219,18 @@ async def answer(
     up = prep.up
     budget = Budget(prep.budget_ms, start=arrival_in(scope))
     s = st.config.server
-    waited = budget.elapsed_ms()
-    late = waited > s.max_queue_ms or budget.left_ms() < s.shed_margin_ms
-    permit = up.breaker.allow() if up.breaker is not None and not late else None
+    late = st.behind(budget, s.max_queue_ms)
+    permit = up.breaker.allow() if up.breaker is not None and late is None else None
     call = _Call(st, up, budget, permit)
     try:
-        if late:  # this process is behind: refuse now rather than answer late
-            message = f"rtgate is overloaded: the request waited {waited:.0f} ms to be sent"
-            raise _Failed(503, "overloaded", message, "neutral", "1")
+        if late is not None:  # this process is behind: refuse now rather than answer late
+            raise _Failed(503, "overloaded", f"rtgate is overloaded: {late}", "neutral", "1")
         if up.breaker is not None and permit is None:
             wait = max(1, math.ceil(up.breaker.open_until - up.breaker.clock()))
             message = f"{up.tier}: circuit open"
             raise _Failed(503, "upstream_unavailable", message, "neutral", str(wait))
         work = _streamed(call, prep, send) if prep.stream else _whole(call, prep, send)
-        if not prep.stream and prep.budget_ms <= st.config.server.watch_disconnect_ms:
+        if not prep.stream and prep.budget_ms <= s.watch_disconnect_ms:
             await work
         else:
             await watch_disconnect(receive, work)

@@ -151,13 +151,23 @@ class ServerState:
         before any response has started. Never an answer past the budget."""
         s = self.config.server
         budget = Budget(budget_ms, start=arrival_of(conn))
-        if budget.left_ms() > s.shed_margin_ms:
+        reason = self.behind(budget)
+        if reason is None:
             return budget
-        waited = budget.elapsed_ms()
-        reason = f"it waited {waited:.0f} ms of its {budget_ms:g} ms budget for the server"
         if s.overload == "error":
             raise Overloaded(f"the server is overloaded: {reason}", retry_after_s=1.0)
         return self._placeholder(request, budget, reason)
+
+    def behind(self, budget: Budget, max_wait_ms: float | None = None) -> str | None:
+        """Why a request with ``budget`` (counted from its arrival) is too late to start,
+        or ``None``: less than ``server.shed_margin_ms`` of it left, or (when given) more
+        than ``max_wait_ms`` spent waiting for the server already."""
+        waited = budget.elapsed_ms()
+        if budget.left_ms() <= self.config.server.shed_margin_ms:
+            return f"it waited {waited:.0f} ms of its {budget.budget_ms:g} ms budget for the server"
+        if max_wait_ms is not None and waited > max_wait_ms:
+            return f"it waited {waited:.0f} ms for the server (the most is {max_wait_ms:g})"
+        return None
 
     def _placeholder(self, request: Request, budget: Budget, reason: str) -> GateResult:
         text = str(request.meta.get("placeholder", ""))
