@@ -7,13 +7,14 @@ proxy`'s profile showed 40% of the process in it), so the passthrough uses this 
 asyncio protocols with httptools' response parser (the parser uvicorn serves with), one
 ``transport.write`` per request, bodies handed over as they arrive.
 
-What it does: keep-alive connections, at most ``size`` per upstream (callers past it wait
-in a queue for one, each within its own deadline; in the server the queue is bounded by
+What it does: keep-alive connections, at most ``size`` per upstream (callers past it wait in
+a queue for one, each within its own deadline; in the server the queue is bounded by
 ``server.max_inflight``, the requests the front door lets in at once), TLS for ``https``,
-``Content-Length`` and chunked bodies and bodies that end with the connection,
-back-pressure (a reader that falls behind by more than :data:`HIGH_WATER` bytes pauses the
-socket), one retry on a fresh connection when a pooled one turns out to be closed before
-any byte of the answer came (the upstream closed it while idle). What it does not: proxies (``HTTPS_PROXY``), redirects, HTTP/2, cookies.
+``Content-Length`` and chunked bodies and bodies that end with the connection, back-pressure
+(a reader that falls behind by more than :data:`HIGH_WATER` bytes pauses the socket), one
+retry on a fresh connection when a pooled one turns out to be closed before any byte of the
+answer came (the upstream closed it while idle). What it does not: proxies
+(``HTTPS_PROXY``), redirects, HTTP/2, cookies.
 The gate's own model calls (streamed completions for ``auto``) still go through httpx
 (:class:`~rtgate.backends.openai_compat.OpenAICompatBackend`).
 
