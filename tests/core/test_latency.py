@@ -5,7 +5,13 @@ import random
 
 import pytest
 
-from rtgate.core.latency import CENSORED_FACTOR, LatencyModel, Prior, WindowedQuantiles
+from rtgate.core.latency import (
+    CENSORED_FACTOR,
+    LatencyModel,
+    LogBins,
+    Prior,
+    WindowedQuantiles,
+)
 
 
 def test_quantiles_match_samples_within_sketch_accuracy() -> None:
@@ -105,3 +111,29 @@ def test_a_slower_answer_than_the_p99_counts_at_once_a_faster_one_by_refresh_eve
     now[0] = 0.06  # refresh_s later
     fast.add(1.0)
     assert fast.p50 == pytest.approx(1.0, rel=0.02)
+
+
+def test_log_bins_are_within_their_accuracy_of_the_sample_at_each_rank() -> None:
+    rng = random.Random(7)
+    xs = [rng.lognormvariate(math.log(3.0), 1.5) for _ in range(2000)]
+    bins = LogBins()
+    for x in xs:
+        bins.add(x)
+    xs.sort()
+    qs = (0.0, 0.1, 0.5, 0.9, 0.99, 1.0)
+    for q, got in zip(qs, bins.quantiles(qs), strict=True):
+        exact = xs[math.ceil(q * (len(xs) - 1) - 1e-9)]
+        assert got == pytest.approx(exact, rel=0.0101)
+        assert bins.quantile(q) == got
+
+
+def test_log_bins_merge_counts_both_and_an_empty_one_has_no_quantile() -> None:
+    a, b = LogBins(), LogBins()
+    assert a.quantile(0.5) == math.inf
+    for x in (1.0, 2.0):
+        a.add(x)
+    b.add(400.0)
+    a.merge(b)
+    assert a.count == 3
+    assert a.quantile(0.99) == pytest.approx(400.0, rel=0.01)
+    assert a.quantile(0.0) == pytest.approx(1.0, rel=0.01)
