@@ -9,9 +9,9 @@ STAMP  := $(VENV)/.installed
 # Debian packages the scenarios use: espeak-ng speaks for the voice agent (and, with sox, for
 # its held-out evaluation calls: `rtgate voice make-eval`), chromium runs the
 # browser tests of the web pages, libportaudio2 reads a sound card for the guard, fonts-noto-cjk
-# lets Chromium draw Chinese. Installed
-# only when missing (needs root, as on CI).
-SYSTOOLS := espeak-ng chromium sox
+# lets Chromium draw Chinese, wrk and nginx (nginx-light) are the native load generator and
+# upstream of `rtgate bench proxy-scale`. Installed only when missing (needs root, as on CI).
+SYSTOOLS := espeak-ng chromium sox wrk
 
 $(STAMP): pyproject.toml Makefile
 	@missing=""; for t in $(SYSTOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml Makefile
 	@# a CJK font, so Chromium (browser tests, screenshots) renders Chinese instead of empty boxes
 	@dpkg -s fonts-noto-cjk >/dev/null 2>&1 || { echo "installing Debian packages: fonts-noto-cjk"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-noto-cjk >/dev/null; }
+	@command -v nginx >/dev/null || { echo "installing Debian packages: nginx-light"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null; }
 	@# PortAudio for `guard run --device` (a library: no command to look for)
 	@ldconfig -p | grep -q libportaudio.so.2 || { echo "installing Debian packages: libportaudio2"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libportaudio2 >/dev/null; }

@@ -28,6 +28,7 @@ from rtgate.bench import faults as bench_faults
 from rtgate.bench import gate_cost as bench_gate_cost
 from rtgate.bench import http as bench_http
 from rtgate.bench import proxy as bench_proxy
+from rtgate.bench import proxy_scale as bench_proxy_scale
 from rtgate.bench import tier_latency_cli as bench_tier_latency
 from rtgate.cli import fakellm as fakellm_cli
 from rtgate.cli import keys as keys_cli
@@ -61,6 +62,7 @@ _BENCH: tuple[typer.Typer, ...] = (
     bench_http.app,
     bench_burst.app,
     bench_proxy.app,
+    bench_proxy_scale.app,
     bench_tier_latency.app,
     npc_cli.bench_app,
     bench_faults.app,

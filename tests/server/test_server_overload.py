@@ -16,7 +16,8 @@ from rtgate.config.loader import Config
 from rtgate.core.budget import Budget
 from rtgate.core.request import Piece, Request
 from rtgate.server import create_app
-from rtgate.server.arrival import ARRIVAL, StampedHttpTools
+from rtgate.server.arrival import ARRIVAL, LoopWatch, StampedHttpTools
+from rtgate.server.door import FrontDoor
 from rtgate.tiers.base import Tier
 from rtgate.tiers.fake import FakeTier
 from tests.server.server_helpers import fake_gate, server_only_config
@@ -135,3 +136,132 @@ async def test_the_protocol_stamps_the_arrival_before_the_app_runs() -> None:
         sock.close()
     ((stamped, handled),) = seen
     assert stamped <= handled
+
+
+async def test_the_watch_stamps_from_the_last_tick_only_when_the_loop_is_behind() -> None:
+    watch = LoopWatch(interval_s=60.0)  # ticks once at start, then not during the test
+    now = asyncio.get_running_loop().time()
+    assert watch.arrival(now) == now and watch.behind_ms(now) == 0.0  # not started
+    watch.start(asyncio.get_running_loop())
+    try:
+        tick = watch.last_tick
+        soon = tick + 1.5 * watch.interval / 100  # within two intervals: keeping up
+        assert watch.arrival(soon) == soon and watch.behind_ms(soon) == 0.0
+        late = tick + 2.5 * watch.interval
+        assert watch.arrival(late) == tick
+        assert watch.behind_ms(late) == pytest.approx(2500 * watch.interval)
+    finally:
+        watch.stop()
+    assert not watch.running and watch.arrival(now) == now
+
+
+class _Behind:
+    """A watch that says the loop is this far behind."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def arrival(self, now: float) -> float:
+        return now - self.ms / 1000.0
+
+    def behind_ms(self, now: float) -> float:
+        return self.ms
+
+
+async def test_the_door_refuses_answer_requests_while_the_loop_is_behind() -> None:
+    calls: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        calls.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    watch = _Behind(80.0)
+    door = FrontDoor(app, limit=10, max_lag_ms=50.0, watch=watch)  # type: ignore[arg-type]
+    async with await _client(door) as client:
+        refused = await client.post("/v1/gate", json={"input": "hi"})
+        health = await client.get("/healthz")
+        watch.ms = 20.0
+        served = await client.post("/v1/gate", json={"input": "hi"})
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["code"] == "overloaded"
+    assert health.status_code == 200 and served.status_code == 200
+    assert calls == ["/healthz", "/v1/gate"]
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+) -> tuple[int, bytes]:
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    return status, await reader.readexactly(length)
+
+
+@pytest.mark.slow
+async def test_the_protocol_refuses_while_behind_and_the_connection_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import uvicorn
+
+    from rtgate.server import arrival
+
+    seen: list[bytes] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        seen.append(body)
+        answer = b"served:" + body
+        length = [(b"content-length", str(len(answer)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": length})
+        await send({"type": "http.response.body", "body": answer})
+
+    loop = asyncio.get_running_loop()
+    watch = LoopWatch(interval_s=60.0)  # no tick during the test: the test moves last_tick
+    watch.start(loop)
+    watch.shed_above_ms = 50.0
+    monkeypatch.setattr(arrival, "WATCH", watch)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    port = int(sock.getsockname()[1])
+    server = uvicorn.Server(
+        uvicorn.Config(app, http=StampedHttpTools, lifespan="off", log_level="warning")
+    )
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+        def post(body: bytes, path: str = "/v1/chat/completions") -> bytes:
+            head = f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n\r\n"
+            return head.encode() + body
+
+        watch.last_tick = loop.time() - 3 * watch.interval  # the loop has not been free
+        refused = await _exchange(reader, writer, post(b'{"refused": true}'))
+        get = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+        health = await _exchange(reader, writer, get)  # not an answer request: served
+        watch.last_tick = loop.time() + 3600  # keeping up again
+        served = await _exchange(reader, writer, post(b'{"n": 2}'))
+        writer.close()
+    finally:
+        watch.stop()
+        server.should_exit = True
+        await serving
+        sock.close()
+    assert refused[0] == 503 and b'"overloaded"' in refused[1]
+    assert health == (200, b"served:")
+    # the refused request's body was dropped, and the same connection parsed the next one
+    assert served == (200, b'served:{"n": 2}')
+    assert seen == [b"", b'{"n": 2}'] and watch.refused == 1

@@ -103,6 +103,7 @@ class _Generator:
         self.latency = _hist()
         self.service = _hist()
         self.lag = _hist()
+        self.by_status: dict[int, HdrHistogram] = {}  # latency per HTTP status
         self.errors: collections.Counter[str] = collections.Counter()
         self.samples: list[str] = []  # the first few bad answers, for the report
         self.sent = self.completed = 0
@@ -139,7 +140,12 @@ class _Generator:
             elif self.expect is not None and self.expect not in body:
                 self.errors["wrong_route"] += 1
                 self._sample(body)
-            self.latency.record_value(max(1, round((now - conn.due) * 1e6)))
+            took_us = max(1, round((now - conn.due) * 1e6))
+            self.latency.record_value(took_us)
+            by = self.by_status.get(status)
+            if by is None:
+                by = self.by_status[status] = _hist()
+            by.record_value(took_us)
             self.service.record_value(max(1, round((now - conn.sent) * 1e6)))
         self._release(conn)
 
@@ -271,6 +277,10 @@ async def open_loop(
         "error_samples": gen.samples,
         "achieved_rps": gen.completed / window,
         "latency_ms": summary(gen.latency),
+        "latency_by_status_ms": {str(k): summary(h) for k, h in sorted(gen.by_status.items())},
+        "answered_by_status": {
+            str(k): h.get_total_count() for k, h in sorted(gen.by_status.items())
+        },
         "service_time_ms": summary(gen.service),
         "send_lag_ms": summary(gen.lag),
     }

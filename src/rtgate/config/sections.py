@@ -66,6 +66,11 @@ class ServerConfig:
     # shed_margin_ms left) is refused at once, 503 overloaded with Retry-After, never sent
     # late (or answered with the placeholder when it asked for one)
     max_queue_ms: float = setting(250.0, gt=0)
+    # while the event loop is more than this behind (rtgate.server.arrival.LoopWatch: its
+    # timer ran this late), the front door refuses new answer requests, 503 overloaded with
+    # Retry-After, before any work: what is let in then still finishes within its budget
+    # instead of every request slowing down together (rtgate bench proxy-scale's overload run)
+    max_loop_lag_ms: float = setting(50.0, gt=0)
     graceful_shutdown_s: int = setting(5, ge=0)
     log_level: str = setting("info", choices=("critical", "error", "warning", "info", "debug"))
     access_log: bool = False

@@ -20,6 +20,7 @@ fleet's learned latencies (:mod:`rtgate.server.fleet`).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import importlib
 import inspect
@@ -44,6 +45,7 @@ from rtgate.core.errors import ClientGone, ConfigError
 from rtgate.gate import Gate
 from rtgate.resilience.wire import resilience_snapshot
 from rtgate.server import gate_api, openai_api, ws
+from rtgate.server.arrival import WATCH
 from rtgate.server.error_responses import install_error_handlers
 from rtgate.server.fleet import shared_latency
 from rtgate.server.middleware_stack import OPEN_NOTE, auth_mode, server_middleware
@@ -197,6 +199,7 @@ def create_app(
     extra_routers: Sequence[RouterSpec] = (),
     warmup: bool | None = None,
     freeze_gc: bool = False,
+    watch_loop: bool = False,
     middleware: Sequence[Middleware] | None = None,
 ) -> FastAPI:
     """The rtgate server application.
@@ -213,6 +216,9 @@ def create_app(
         freeze_gc: after start-up, move every object to the garbage collector's permanent
             generation (``gc.freeze``), so full collections stop rescanning the loaded
             libraries and models: fewer long pauses. For a dedicated server process.
+        watch_loop: while serving, tick on the event loop (:class:`~rtgate.server.arrival.
+            LoopWatch`) so a request read while the loop is behind is stamped from when the
+            loop was last free. For a dedicated server process (one loop, real time).
     """
     config = config or Config()
     do_warmup = config.gate.warmup if warmup is None else warmup
@@ -235,7 +241,29 @@ def create_app(
         app.include_router(_resolve(spec, config, "extra router"))
     if freeze_gc:  # after every router's start-up too (theirs run inside the app's)
         app.router.lifespan_context = _frozen_after(app.router.lifespan_context)
+    if watch_loop:
+        lag = config.server.max_loop_lag_ms
+        app.router.lifespan_context = _watched(app.router.lifespan_context, lag)
     return app
+
+
+def _watched(inner: Any, shed_above_ms: float) -> Any:
+    """``inner`` lifespan, with the process's :data:`~rtgate.server.arrival.WATCH` ticking
+    on this loop while it serves, and the protocol refusing answer requests while the loop
+    is more than ``shed_above_ms`` behind."""
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[Any]:
+        async with inner(app) as state:
+            WATCH.start(asyncio.get_running_loop())
+            WATCH.shed_above_ms = shed_above_ms
+            try:
+                yield state
+            finally:
+                WATCH.shed_above_ms = None
+                WATCH.stop()
+
+    return lifespan
 
 
 def _frozen_after(inner: Any) -> Any:

@@ -3,7 +3,8 @@
 :func:`server_middleware` is the ASGI stack :func:`~rtgate.server.app.create_app` runs by
 default, outermost first::
 
-    FrontDoor                  stamps arrivals; past server.max_inflight answers: 503 at once
+    FrontDoor                  stamps arrivals; past server.max_inflight answers, or while
+                               the loop is server.max_loop_lag_ms behind: 503 at once
     ErrorShieldMiddleware      an escaped exception -> JSON 500 with a reference id
     CORSMiddleware             only when cors_origins lists some (exact origins)
     BodyLimitMiddleware        413 past server.max_body_bytes (the server's only one)
@@ -73,11 +74,12 @@ def server_middleware(config: Config, keys: KeyStore | None = None) -> list[Midd
     already loaded (else it is loaded from ``security.api_keys_file``)."""
     sec = config.security
     store = keys if keys is not None else load_keys(config)
-    stack = [Middleware(FrontDoor, limit=config.server.max_inflight)]
+    s = config.server
+    stack = [Middleware(FrontDoor, limit=s.max_inflight, max_lag_ms=s.max_loop_lag_ms)]
     stack.append(Middleware(ErrorShieldMiddleware))
     if sec.cors_origins:
         stack.append(Middleware(CORSMiddleware, **cors_options(sec.cors_origins)))
-    stack.append(Middleware(BodyLimitMiddleware, max_bytes=config.server.max_body_bytes))
+    stack.append(Middleware(BodyLimitMiddleware, max_bytes=s.max_body_bytes))
     if store is not None:
         stack.append(Middleware(APIKeyMiddleware, store=store, exempt=sec.open_paths))
     stack.append(Middleware(PassthroughLane))
