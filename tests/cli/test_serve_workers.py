@@ -103,3 +103,19 @@ def _zombie(pid: int) -> bool:
         return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_each_worker_gets_its_own_socket_on_one_port() -> None:
+    from rtgate.cli.serve import reuseport_sockets
+
+    socks = reuseport_sockets("127.0.0.1", 0, 3)
+    try:
+        ports = {s.getsockname()[1] for s in socks}
+        assert len(socks) == 3 and len(ports) == 1 and len({s.fileno() for s in socks}) == 3
+        assert all(s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) for s in socks)
+        (port,) = ports
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # the kernel hands it to one of them
+    finally:
+        for s in socks:
+            s.close()
