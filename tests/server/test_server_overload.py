@@ -265,3 +265,41 @@ async def test_the_protocol_refuses_while_behind_and_the_connection_goes_on(
     # the refused request's body was dropped, and the same connection parsed the next one
     assert served == (200, b'served:{"n": 2}')
     assert seen == [b"", b'{"n": 2}'] and watch.refused == 1
+
+
+async def test_the_door_cuts_its_limit_when_the_loop_lags_and_grows_it_back() -> None:
+    release = asyncio.Event()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    statuses: list[int] = []
+
+    async def call(door: FrontDoor) -> None:
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/gate", "state": {}}
+        await door(scope, receive, send)
+
+    watch = _Behind(0.0)
+    door = FrontDoor(app, limit=100, max_lag_ms=50.0, watch=watch)  # type: ignore[arg-type]
+    held = [asyncio.create_task(call(door)) for _ in range(20)]
+    await asyncio.sleep(0)  # let each task reach the app (no clock involved)
+    assert door.active == 20 and statuses == []
+    watch.ms = 30.0  # over half the allowed lag: the limit drops under what is in progress
+    await call(door)
+    assert door.limit == 16 and statuses == [503]
+    watch.ms = 0.0  # keeping up again, but 20 are still in progress: a full door grows by one
+    extra = asyncio.create_task(call(door))
+    await asyncio.sleep(0)
+    assert door.limit == 17 and door.active == 21 and statuses == [503]
+    release.set()
+    await asyncio.gather(*held, extra)
+    assert statuses == [503] + [200] * 21 and door.active == 0

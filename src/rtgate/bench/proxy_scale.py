@@ -363,6 +363,8 @@ def _overload_row(r: dict[str, Any], rate: float, budget_ms: float) -> dict[str,
             k: {q: round(v[q], 3) for q in ("p50", "p99", "max")} for k, v in by.items()
         },
         "ok_p99_within_budget": ok is not None and ok["p99"] <= budget_ms,
+        # the generator's own lag sending (its latencies count from each request's due time)
+        "send_lag_p99_ms": round(r["send_lag_ms"]["p99"], 3),
         "ok_max_ms": None if ok is None else round(ok["max"], 3),
     }
 

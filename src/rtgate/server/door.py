@@ -6,6 +6,15 @@ with ``Retry-After`` at once, before any other work, to an answer request that c
 protocol refuses those even earlier, :class:`~rtgate.server.arrival.StampedHttpTools`).
 One layer for all: every request passes it.
 
+While the loop runs behind, the limit on answers in progress also adapts (additive
+increase, multiplicative decrease, as TCP's congestion window): when the loop is more
+than half of ``max_loop_lag_ms`` behind, the limit drops to four fifths of the answers in
+progress (at most once per :data:`CUT_EVERY_S`, never under :data:`MIN_LIMIT`); while the
+loop keeps up, a request that finds the limit reached raises it by one, up to
+``server.max_inflight``. Refusing on the lag alone admits a burst each time the lag dips
+under the line, and a burst let in all at once finishes late together (measured with
+``rtgate bench proxy-scale`` at three times a capped worker's capacity).
+
 When more requests arrive than the process can answer within their budgets, serving them
 all makes every one late. A refusal here costs a few tens of microseconds (no body read, no
 routing, no validation, a pre-encoded body), so the requests let in keep their budgets and
@@ -25,7 +34,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rtgate.server.arrival import ANSWER_PATHS, ARRIVAL, BEHIND_MESSAGE, WATCH, LoopWatch
 
-__all__ = ["ANSWER_PATHS", "FrontDoor"]
+__all__ = ["ANSWER_PATHS", "CUT_EVERY_S", "MIN_LIMIT", "FrontDoor"]
+
+MIN_LIMIT = 8
+CUT_EVERY_S = 0.05
 
 
 def _refusal(message: str) -> tuple[list[tuple[bytes, bytes]], bytes]:
@@ -45,9 +57,9 @@ _BEHIND = _refusal(BEHIND_MESSAGE)
 
 
 class FrontDoor:
-    """Stamps arrivals; counts the answer requests in progress; past ``limit``, or while
-    ``watch`` says the loop is more than ``max_lag_ms`` behind (``None``: no such limit),
-    refuses the newcomer."""
+    """Stamps arrivals; counts the answer requests in progress; past the limit (at most
+    ``limit``; adapted to the loop's lag when ``max_lag_ms`` is set), or while ``watch``
+    says the loop is more than ``max_lag_ms`` behind, refuses the newcomer."""
 
     def __init__(
         self,
@@ -58,7 +70,9 @@ class FrontDoor:
         watch: LoopWatch = WATCH,
     ) -> None:
         self.app = app
-        self.limit = limit
+        self.max_limit = limit
+        self.limit = limit  # what is let in now (adapted between MIN_LIMIT and max_limit)
+        self._cut_at = -1e9
         self.paths = paths
         self.max_lag_ms = max_lag_ms
         self.watch = watch
@@ -73,11 +87,10 @@ class FrontDoor:
             await self.app(scope, receive, send)
             return
         refusal = None
-        if self.active >= self.limit:
+        if self.max_lag_ms is not None:
+            refusal = self._adapt(asyncio.get_running_loop().time(), self.max_lag_ms)
+        elif self.active >= self.limit:
             refusal = _FULL
-        elif self.max_lag_ms is not None:
-            if self.watch.behind_ms(asyncio.get_running_loop().time()) > self.max_lag_ms:
-                refusal = _BEHIND
         if refusal is not None:
             headers, body = refusal
             await send({"type": "http.response.start", "status": 503, "headers": headers})
@@ -88,3 +101,20 @@ class FrontDoor:
             await self.app(scope, receive, send)
         finally:
             self.active -= 1
+
+    def _adapt(
+        self, now: float, max_lag_ms: float
+    ) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
+        """Adapt the limit to the loop's lag; the refusal for this request, or ``None``."""
+        lag = self.watch.behind_ms(now)
+        if lag > max_lag_ms / 2 and now - self._cut_at >= CUT_EVERY_S:
+            self.limit = max(MIN_LIMIT, min(self.limit, self.active * 4 // 5))
+            self._cut_at = now
+        if lag > max_lag_ms:
+            return _BEHIND
+        if self.active < self.limit:
+            return None
+        if lag == 0.0 and self.limit < self.max_limit:
+            self.limit += 1
+            return None
+        return _FULL
