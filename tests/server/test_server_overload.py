@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
 import httpx
@@ -48,6 +49,26 @@ def _late_by(app: Any, seconds: float) -> Any:
         await app(scope, receive, send)
 
     return wrapped
+
+
+@contextlib.asynccontextmanager
+async def _served(app: Any) -> AsyncIterator[int]:
+    """``app`` on a real uvicorn server with rtgate's stamping protocol; its port."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    server = uvicorn.Server(
+        uvicorn.Config(app, http=StampedHttpTools, lifespan="off", log_level="warning")
+    )
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()
 
 
 async def _client(app: Any) -> httpx.AsyncClient:
@@ -107,7 +128,6 @@ async def test_past_max_inflight_the_door_refuses_at_once_and_the_others_are_ser
 
 @pytest.mark.slow
 async def test_the_protocol_stamps_the_arrival_before_the_app_runs() -> None:
-    import uvicorn
 
     seen: list[tuple[float, float]] = []
 
@@ -118,22 +138,9 @@ async def test_the_protocol_stamps_the_arrival_before_the_app_runs() -> None:
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-    port = int(sock.getsockname()[1])
-    server = uvicorn.Server(
-        uvicorn.Config(app, http=StampedHttpTools, lifespan="off", log_level="warning")
-    )
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with httpx.AsyncClient() as client:
-            r = await client.get(f"http://127.0.0.1:{port}/")
-        assert r.status_code == 204
-    finally:
-        server.should_exit = True
-        await serving
-        sock.close()
+    async with _served(app) as port, httpx.AsyncClient() as client:
+        r = await client.get(f"http://127.0.0.1:{port}/")
+    assert r.status_code == 204
     ((stamped, handled),) = seen
     assert stamped <= handled
 
@@ -207,7 +214,6 @@ async def _exchange(
 async def test_the_protocol_refuses_while_behind_and_the_connection_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import uvicorn
 
     from rtgate.server import arrival
 
@@ -233,33 +239,23 @@ async def test_the_protocol_refuses_while_behind_and_the_connection_goes_on(
     watch.start(loop)
     watch.shed_above_ms = 50.0
     monkeypatch.setattr(arrival, "WATCH", watch)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-    port = int(sock.getsockname()[1])
-    server = uvicorn.Server(
-        uvicorn.Config(app, http=StampedHttpTools, lifespan="off", log_level="warning")
-    )
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        async with _served(app) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
 
-        def post(body: bytes, path: str = "/v1/chat/completions") -> bytes:
-            head = f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n\r\n"
-            return head.encode() + body
+            def post(body: bytes, path: str = "/v1/chat/completions") -> bytes:
+                head = f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n\r\n"
+                return head.encode() + body
 
-        watch.last_tick = loop.time() - 3 * watch.interval  # the loop has not been free
-        refused = await _exchange(reader, writer, post(b'{"refused": true}'))
-        get = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
-        health = await _exchange(reader, writer, get)  # not an answer request: served
-        watch.last_tick = loop.time() + 3600  # keeping up again
-        served = await _exchange(reader, writer, post(b'{"n": 2}'))
-        writer.close()
+            watch.last_tick = loop.time() - 3 * watch.interval  # the loop has not been free
+            refused = await _exchange(reader, writer, post(b'{"refused": true}'))
+            get = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+            health = await _exchange(reader, writer, get)  # not an answer request: served
+            watch.last_tick = loop.time() + 3600  # keeping up again
+            served = await _exchange(reader, writer, post(b'{"n": 2}'))
+            writer.close()
     finally:
         watch.stop()
-        server.should_exit = True
-        await serving
-        sock.close()
     assert refused[0] == 503 and b'"overloaded"' in refused[1]
     assert health == (200, b"served:")
     # the refused request's body was dropped, and the same connection parsed the next one
@@ -281,7 +277,7 @@ async def test_the_door_cuts_its_limit_when_the_loop_lags_and_grows_it_back() ->
         async def receive() -> dict[str, Any]:
             return {"type": "http.request", "body": b"", "more_body": False}
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 statuses.append(message["status"])
 

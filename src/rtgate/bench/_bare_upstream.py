@@ -13,13 +13,14 @@ import json
 import sys
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-__all__ = ["MODEL", "STREAM_CHUNKS", "STREAM_GAP_S", "app"]
+__all__ = ["MODEL", "STREAM_CHUNKS", "STREAM_GAP_S", "app", "chat_answer"]
 
 MODEL = "bare"
 STREAM_CHUNKS = 8
@@ -48,11 +49,17 @@ async def _chat(request: Request) -> Response:
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
         events = _chunks(body.get("model", MODEL), usage)
         return StreamingResponse(events, media_type="text/event-stream")
-    answer = {
+    answer = chat_answer(body.get("model", MODEL), int(time.time()))
+    return Response(json.dumps(answer), media_type="application/json")
+
+
+def chat_answer(model: str, created: int) -> dict[str, Any]:
+    """The one chat completion a bare upstream answers."""
+    return {
         "id": "chatcmpl-bare",
         "object": "chat.completion",
-        "created": int(time.time()),
-        "model": body.get("model", MODEL),
+        "created": created,
+        "model": model,
         "choices": [
             {
                 "index": 0,
@@ -63,7 +70,6 @@ async def _chat(request: Request) -> Response:
         ],
         "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
     }
-    return Response(json.dumps(answer), media_type="application/json")
 
 
 async def _models(request: Request) -> Response:

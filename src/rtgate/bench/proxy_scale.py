@@ -40,7 +40,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rtgate.bench._bare_upstream import MODEL
+from rtgate.bench._bare_upstream import MODEL, chat_answer
 from rtgate.bench._loadgen import open_loop
 from rtgate.bench.http import _cpu_s, _free_port
 from rtgate.bench.proxy import EXPECT, _all_workers_up, _payload, _process, _rtgate_config
@@ -50,22 +50,7 @@ __all__ = ["CgroupCpuCap", "app", "parse_wrk", "run"]
 
 app = typer.Typer()
 
-_ANSWER = {
-    "id": "chatcmpl-bare",
-    "object": "chat.completion",
-    "created": 0,
-    "model": MODEL,
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "ok"},
-            "logprobs": None,
-            "finish_reason": "stop",
-        }
-    ],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
-}
-ANSWER = json.dumps(_ANSWER, separators=(",", ":"))
+ANSWER = json.dumps(chat_answer(MODEL, 0), separators=(",", ":"))
 MODELS = json.dumps(
     {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "bench"}]},
     separators=(",", ":"),
