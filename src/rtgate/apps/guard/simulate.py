@@ -524,8 +524,8 @@ def make_clip(
     if fault is not None:
         defect = _fault(motor, fault, rng, t, onset_s) * bg_rms * 10 ** (severity_db / 20)
         a = int(onset_s * RATE)
-        ratio = np.sqrt(np.mean(np.square(defect[a:])) / max(np.mean(np.square(x[a:])), 1e-30))
-        fault_rms_db = round(float(20 * np.log10(max(ratio, 1e-12))), 2)
+        power = float(np.mean(np.square(defect[a:]))) / max(float(np.mean(np.square(x[a:]))), 1e-30)
+        fault_rms_db = round(10 * math.log10(max(power, 1e-24)), 2)
         x += defect
     x *= 10 ** (motor.level_dbfs / 20) / bg_rms
     audio = np.clip(x, -1.0, 1.0).astype(np.float32)
