@@ -98,6 +98,7 @@ def test_a_fault_present_from_the_first_second_is_still_stopped(tmp_path: Path) 
     refused = _enroll(*args)
     assert refused.exit_code == 2 and "Traceback" not in refused.output
     assert "the general detector stops 'M7'" in refused.stderr
+    assert "% of the windows at or over the threshold" in refused.stderr
     assert not (tmp_path / "e" / "M7.json").exists()
 
     # even when someone insists, the enrolment cannot silence the detector on the fault

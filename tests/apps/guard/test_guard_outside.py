@@ -125,6 +125,21 @@ def test_evaluate_outside_reports_every_family_with_and_without_enrolment() -> N
         assert sum(f["misses"] for f in fams) == r[way]["misses"]
         assert sum(f["false_stops"] for f in fams) == r[way]["false_stops"]
     assert 0 <= r["refused_by_enroll"] <= 10
+    on_healthy = r["general_detector_on_healthy"]
+    assert set(on_healthy) >= {"all", *(f"family: {f.name}" for f in FAMILIES)}
+    share = on_healthy["all"]["enrolment_share_over_threshold"]
+    assert 0.0 <= share["p10"] <= share["p50"] <= share["p90"] <= 1.0
+    assert 0 <= on_healthy["all"]["healthy_over_median_fault"] <= 5
+
+
+def test_the_rule_statistic_is_the_kth_highest_of_n_windows_in_logit() -> None:
+    from rtgate.apps.guard.evaluate_outside import rule_logit
+
+    p = np.array([[0.5, 0.9, 0.1, 0.99, 0.2]])
+    got = rule_logit(p, k=2, n=3)
+    want = np.log(np.array([0.5, 0.9, 0.2]) / (1 - np.array([0.5, 0.9, 0.2])))
+    np.testing.assert_allclose(got[0], want, rtol=1e-9)
+    assert rule_logit(p, k=1, n=1).shape == (1, 5)
 
 
 def test_evaluate_refuses_unknown_sets_and_a_baseline_on_the_unseen_set() -> None:

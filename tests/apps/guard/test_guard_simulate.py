@@ -80,6 +80,20 @@ def test_labels_follow_the_onset() -> None:
     assert make_clip(m, 1.0).labels().sum() == 0
 
 
+def test_a_fault_knows_its_rms_over_everything_else() -> None:
+    m = draw_motor(np.random.default_rng(2), "unseen")
+    bad = make_clip(m, 2.0, fault="outer", onset_s=0.5, severity_db=10.0, impact_rate_hz=0.0)
+    twin = make_clip(m, 2.0, onset_s=0.5, severity_db=10.0, impact_rate_hz=0.0)
+    assert twin.fault_rms_db is None and bad.fault_rms_db is not None
+    a = RATE // 2
+    rest = twin.audio[a:].astype(np.float64)
+    defect = bad.audio[a:].astype(np.float64) - rest
+    measured = 10 * np.log10(np.mean(defect**2) / np.mean(rest**2))
+    assert bad.fault_rms_db == pytest.approx(measured, abs=0.2)
+    louder = make_clip(m, 2.0, fault="outer", onset_s=0.5, severity_db=16.0, impact_rate_hz=0.0)
+    assert louder.fault_rms_db == pytest.approx(bad.fault_rms_db + 6.0, abs=0.05)
+
+
 @pytest.mark.parametrize("fault", ["outer", "inner", "ball"])
 def test_envelope_analysis_finds_the_simulated_defect(fault: str) -> None:
     m = draw_motor(np.random.default_rng(3), "unseen")

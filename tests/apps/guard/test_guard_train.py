@@ -74,6 +74,8 @@ def test_shipped_model_on_fresh_unseen_motors() -> None:
     levels = report["onset_to_stop_ms_by_level"]
     assert sum(b["n"] for b in levels.values()) == report["faulty_clips"]
     assert all(b["misses"] == 0 and b["p95"] >= b["p50"] > 0 for b in levels.values())
+    strong = report["onset_to_stop_ms_-12dB_rms_up"]
+    assert 0 < strong["n"] <= report["faulty_clips"] and strong["misses"] == 0
 
 
 def test_roc_auc_counts_ties_half() -> None:

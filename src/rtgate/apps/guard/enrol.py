@@ -218,12 +218,15 @@ def _check(station: str, rec: Recording, general: dict[str, Any], accept_stops: 
     if rec.rms < SILENT_RMS:
         raise InvalidRequest(f"the recording for {station!r} is silent (RMS {rec.rms:.1e})")
     if general["stops"] and not accept_stops:
+        share = general["windows_over_threshold"] / max(general["windows"], 1)
         raise InvalidRequest(
             f"the general detector stops {station!r} {general['stops']} time(s) on this "
             f"recording (first at {general['first_stops_s'][0]} s, highest score "
-            f"{general['max_score']}): a faulty machine must not be enrolled as normal. If "
-            "the machine has been checked and is healthy, --accept-stops enrols it anyway "
-            f"(the detector's threshold is then raised by at most {SHIFT_MAX:g} in logit)"
+            f"{general['max_score']}, {share:.0%} of the windows at or over the threshold): "
+            "a faulty machine must not be enrolled as normal. If the machine has been "
+            "checked and is healthy, --accept-stops enrols it anyway (the detector's "
+            f"threshold is then raised by at most {SHIFT_MAX:g} in logit, so a detector that "
+            "is as sure on this machine as on a fault keeps stopping it)"
         )
 
 

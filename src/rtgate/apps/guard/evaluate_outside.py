@@ -15,6 +15,14 @@ of the detector's own training set (the first ``dcase_clips`` clips of
 ``make_set(.., "train", seed=0, seconds=8)``, the healthy ones) and scores every station's
 scored part: clip AUC beside the detector's.
 
+``general_detector_on_healthy`` (overall and per family) says why an enrolment cannot remove
+the general detector's false stops here: the share of each station's healthy enrolment windows
+at or over the rule's threshold, and, in logit, the rule's statistic (the ``k``-th highest
+score of ``n`` consecutive windows: what ``k`` of ``n`` needs) at its highest on each healthy
+station and on each fault after its onset. Where healthy stations reach what faults reach, no
+move of the score bounded so that a fault present from the start of an enrolment is still
+stopped can tell them apart.
+
 ``rtgate guard evaluate --set outside [--baseline dcase2020]`` prints the report.
 """
 
@@ -24,13 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+from numpy.lib.stride_tricks import sliding_window_view
 
 from rtgate.apps.guard.baseline import Enrolment
 from rtgate.apps.guard.evaluate import roc_auc
 from rtgate.apps.guard.evaluate_enrolment import _enrol_all, _features, _Fleet, _metrics, _run
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
 from rtgate.apps.guard.outside import FAMILIES, SEED, Station, describe, make_stations
-from rtgate.apps.guard.rules import Rules
+from rtgate.apps.guard.rules import Rule, Rules
 from rtgate.core.errors import InvalidRequest
 
 __all__ = ["STRONG_DB", "evaluate_outside"]
@@ -48,6 +58,58 @@ def _groups(stations: list[Station]) -> dict[str, np.ndarray]:
     ramps = np.array([s.machine.ramp != 0 for s in stations])
     groups["variable-speed drive ramping"] = np.flatnonzero(ramps)
     return {k: v for k, v in groups.items() if len(v)}
+
+
+def rule_logit(scores: npt.ArrayLike, k: int, n: int) -> npt.NDArray[np.float64]:
+    """Per station (row) and window from the ``n``-th on: the ``k``-th highest score of the last
+    ``n`` windows (a ``k`` of ``n`` rule fires when it reaches the threshold), in logit."""
+    p = np.clip(np.asarray(scores, np.float64), 1e-9, 1 - 1e-9)
+    kth = np.sort(sliding_window_view(p, n, axis=1), axis=2)[:, :, n - k]
+    out: npt.NDArray[np.float64] = np.log(kth / (1.0 - kth))
+    return out
+
+
+def _quantiles(x: npt.NDArray[np.float64]) -> dict[str, float] | None:
+    if not len(x):
+        return None
+    q = np.percentile(x, [10, 50, 90])
+    return {
+        "p10": round(float(q[0]), 2),
+        "p50": round(float(q[1]), 2),
+        "p90": round(float(q[2]), 2),
+    }
+
+
+def detector_on_healthy(
+    enrolments: list[Enrolment],
+    general: npt.NDArray[np.float32],
+    onsets: npt.NDArray[Any],
+    rule: Rule,
+) -> dict[str, Any]:
+    """What the general detector does on healthy audio beside what it does on faults (see
+    the module doc). ``enrolments``: every station's, stops accepted (their ``general``
+    record); ``general``: the general detector's scores on the scored parts."""
+    share = np.array(
+        [e.general["windows_over_threshold"] / max(e.general["windows"], 1) for e in enrolments]
+    )
+    stat = rule_logit(general, rule.k, rule.n)
+    ends = (np.arange(rule.n - 1, general.shape[1]) + 1) * HOP / RATE
+    starts = ends - rule.n * HOP / RATE  # where each span's first window starts
+    healthy_span = ends[None, :] < onsets[:, None]
+    fault_span = starts[None, :] >= onsets[:, None]
+    faulty = np.isfinite(onsets)
+    h_max = np.where(healthy_span, stat, -np.inf).max(axis=1)[~faulty]
+    f_max = np.where(fault_span, stat, -np.inf).max(axis=1)[faulty]
+    f_max = f_max[np.isfinite(f_max)]
+    median_fault = float(np.median(f_max)) if len(f_max) else np.inf
+    return {
+        "threshold_logit": round(float(np.log(rule.threshold / (1 - rule.threshold))), 2),
+        "enrolment_share_over_threshold": _quantiles(share),
+        "stations_over_threshold_half_the_time": int((share >= 0.5).sum()),
+        "healthy_rule_logit_max": _quantiles(h_max),
+        "fault_rule_logit_max": _quantiles(f_max),
+        "healthy_over_median_fault": int((h_max >= median_fault).sum()),
+    }
 
 
 def _dcase(
@@ -122,8 +184,15 @@ def evaluate_outside(
         "enrolled_accepting_stops": list(fitted),
     }
     groups = _groups(stations)
+    rule = Rules().default
     for name, enrolments in ways.items():
         seen, stops = _run(fleet, feats, enrolments, Rules(), model)
+        if name == "general":
+            on_healthy = {"all": detector_on_healthy(fitted, seen, onsets, rule)}
+            for g, idx in groups.items():
+                sub = [fitted[i] for i in idx]
+                on_healthy[g] = detector_on_healthy(sub, seen[idx], onsets[idx], rule)
+            report["general_detector_on_healthy"] = on_healthy
         res = _metrics(seen, stops, onsets, level, STRONG_DB)
         for g, idx in groups.items():
             keep = set(idx.tolist())

@@ -193,6 +193,9 @@ class Clip:
     severity_db: float = 0.0  # fault impact peak over the background RMS
     impacts_s: tuple[float, ...] = field(default_factory=tuple)  # benign impacts
     hiss_s: tuple[float, float] | None = None  # compressed-air hiss on (start, end)
+    # the defect's RMS over the RMS of everything else, from the onset on (outside.py's
+    # measure of a fault's level; None: no fault)
+    fault_rms_db: float | None = None
 
     def labels(self, hop: int = 320) -> npt.NDArray[np.int8]:
         """Per-window labels: 1 when at least half of the window has the fault."""
@@ -517,8 +520,13 @@ def make_clip(
     impacts, times = _benign_impacts(rng, n, impact_rate_hz)
     bg_rms = float(np.std(bg))
     x = bg + impacts * bg_rms
+    fault_rms_db = None
     if fault is not None:
-        x += _fault(motor, fault, rng, t, onset_s) * bg_rms * 10 ** (severity_db / 20)
+        defect = _fault(motor, fault, rng, t, onset_s) * bg_rms * 10 ** (severity_db / 20)
+        a = int(onset_s * RATE)
+        power = float(np.mean(np.square(defect[a:]))) / max(float(np.mean(np.square(x[a:]))), 1e-30)
+        fault_rms_db = round(10 * math.log10(max(power, 1e-24)), 2)
+        x += defect
     x *= 10 ** (motor.level_dbfs / 20) / bg_rms
     audio = np.clip(x, -1.0, 1.0).astype(np.float32)
     return Clip(
@@ -529,6 +537,7 @@ def make_clip(
         severity_db if fault is not None else 0.0,
         tuple(times),
         hiss,
+        fault_rms_db,
     )
 
 
