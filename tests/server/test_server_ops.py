@@ -100,3 +100,32 @@ async def test_healthz_answers_head_too() -> None:
     async with running() as (_, client):
         r = await client.head("/healthz")
     assert r.status_code == 200 and r.content == b""
+
+
+async def test_overload_refusals_are_counted_in_metrics_and_healthz(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rtgate.server import app as app_module
+    from rtgate.server.arrival import LoopWatch
+
+    watch = LoopWatch()
+    watch.count("protocol_behind")
+    watch.count("protocol_behind")
+    watch.count("door_full")
+    monkeypatch.setattr(app_module, "WATCH", watch)
+    async with running() as (_, client):
+        metrics = (await client.get("/metrics")).text
+        health = (await client.get("/healthz")).json()
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    samples = {
+        (s.labels["where"], s.labels["why"]): s.value
+        for s in families["rtgate_overload_refusals"].samples
+    }
+    assert samples == {("protocol", "behind"): 2.0, ("door", "full"): 1.0}
+    assert "rtgate_requests" in families  # the gate's own families are still there
+    assert health["overload"] == {
+        "loop_behind_ms": 0.0,
+        "refused": {"protocol_behind": 2, "door_full": 1},
+    }

@@ -167,6 +167,10 @@ class _Behind:
 
     def __init__(self, ms: float) -> None:
         self.ms = ms
+        self.refused: dict[str, int] = {}
+
+    def count(self, why: str) -> None:
+        self.refused[why] = self.refused.get(why, 0) + 1
 
     def arrival(self, now: float) -> float:
         return now - self.ms / 1000.0
@@ -193,7 +197,7 @@ async def test_the_door_refuses_answer_requests_while_the_loop_is_behind() -> No
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "overloaded"
     assert health.status_code == 200 and served.status_code == 200
-    assert calls == ["/healthz", "/v1/gate"]
+    assert calls == ["/healthz", "/v1/gate"] and watch.refused == {"door_behind": 1}
 
 
 async def _exchange(
@@ -260,7 +264,7 @@ async def test_the_protocol_refuses_while_behind_and_the_connection_goes_on(
     assert health == (200, b"served:")
     # the refused request's body was dropped, and the same connection parsed the next one
     assert served == (200, b'served:{"n": 2}')
-    assert seen == [b"", b'{"n": 2}'] and watch.refused == 1
+    assert seen == [b"", b'{"n": 2}'] and watch.refused == {"protocol_behind": 1}
 
 
 async def test_the_door_cuts_its_limit_when_the_loop_lags_and_grows_it_back() -> None:
@@ -291,7 +295,7 @@ async def test_the_door_cuts_its_limit_when_the_loop_lags_and_grows_it_back() ->
     assert door.active == 20 and statuses == []
     watch.ms = 30.0  # over half the allowed lag: the limit drops under what is in progress
     await call(door)
-    assert door.limit == 16 and statuses == [503]
+    assert door.limit == 16 and statuses == [503] and watch.refused == {"door_full": 1}
     watch.ms = 0.0  # keeping up again, but 20 are still in progress: a full door grows by one
     extra = asyncio.create_task(call(door))
     await asyncio.sleep(0)

@@ -103,6 +103,10 @@ async def healthz(st: Annotated[ServerState, Depends(state)]) -> Response:
         },
         "queue_depth": snap["queue_depth"],
         "jobs": gate.job_count,
+        "overload": {
+            "loop_behind_ms": round(WATCH.behind_ms(asyncio.get_running_loop().time()), 3),
+            "refused": dict(WATCH.refused),
+        },
     }
     return json_response(body)
 
@@ -112,7 +116,23 @@ ops.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False
 
 @ops.get("/metrics", summary="Prometheus metrics of the gate")
 async def metrics(st: Annotated[ServerState, Depends(state)]) -> Response:
-    return Response(generate_latest(st.gate.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    text = generate_latest(st.gate.metrics.registry) + _refusals()
+    return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+
+def _refusals() -> bytes:
+    """The overload refusals of this process (:data:`~rtgate.server.arrival.WATCH`), in the
+    Prometheus text format: a counter by where the request was refused and why."""
+    name = "rtgate_overload_refusals"
+    lines = [
+        f"# HELP {name}_total Answer requests refused at once because the server was behind "
+        "or full",
+        f"# TYPE {name}_total counter",
+    ]
+    for key, n in sorted(WATCH.refused.items()):
+        where, why = key.split("_", 1)
+        lines.append(f'{name}_total{{where="{where}",why="{why}"}} {n}')
+    return ("\n".join(lines) + "\n").encode()
 
 
 def _resolve(obj: Any, config: Config, where: str) -> APIRouter:

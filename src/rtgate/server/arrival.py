@@ -67,7 +67,7 @@ class LoopWatch:
     def __init__(self, interval_s: float = 0.005) -> None:
         self.interval = interval_s
         self.shed_above_ms: float | None = None  # refuse answer requests this far behind
-        self.refused = 0  # answer requests refused by the protocol so far
+        self.refused: dict[str, int] = {}  # answer requests refused, by where and why
         self.last_tick = -math.inf
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
@@ -97,6 +97,10 @@ class LoopWatch:
         """How long the loop has not been free to tick (0 when it keeps up, or stopped)."""
         late = now - self.last_tick
         return late * 1000.0 if self._handle is not None and late > 2 * self.interval else 0.0
+
+    def count(self, why: str) -> None:
+        """One more answer request refused for ``why`` (``/metrics``, ``/healthz``)."""
+        self.refused[why] = self.refused.get(why, 0) + 1
 
     def arrival(self, now: float) -> float:
         """The arrival to stamp for a request read at ``now``: the last tick when the loop
@@ -154,7 +158,7 @@ class StampedHttpTools(HttpToolsProtocol):
             and self.parser.get_method() == b"POST"
             and self.url.split(b"?", 1)[0] in _ANSWER_PATHS
         ):
-            WATCH.refused += 1
+            WATCH.count("protocol_behind")
             self.cycle = _REFUSED  # type: ignore[assignment]
             self.transport.write(_REFUSAL)
             if self.parser.should_keep_alive():

@@ -90,6 +90,7 @@ class FrontDoor:
         if self.max_lag_ms is not None:
             refusal = self._adapt(asyncio.get_running_loop().time(), self.max_lag_ms)
         elif self.active >= self.limit:
+            self.watch.count("door_full")
             refusal = _FULL
         if refusal is not None:
             headers, body = refusal
@@ -111,10 +112,12 @@ class FrontDoor:
             self.limit = max(MIN_LIMIT, min(self.limit, self.active * 4 // 5))
             self._cut_at = now
         if lag > max_lag_ms:
+            self.watch.count("door_behind")
             return _BEHIND
         if self.active < self.limit:
             return None
         if lag == 0.0 and self.limit < self.max_limit:
             self.limit += 1
             return None
+        self.watch.count("door_full")
         return _FULL
