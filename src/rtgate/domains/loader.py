@@ -206,12 +206,49 @@ def load_judge(data_dir: Path = DATA_DIR, *, path: Path | None = None) -> Calibr
     )
 
 
+# A greeting or a polite lead-in changes nothing of an ask's scope; two simple asks of
+# different intents joined by a connective are one multi-part ask. Both are made from the
+# corpus to teach the scope classifier so (it otherwise reads "您好，想问下…" as the start of
+# a multi-part ask: the long ones often open so).
+_LEAD_IN = {
+    "zh": ("您好，", "你好，想问下", "在吗？", "您好，请问", "你好，我想咨询一下", "打扰一下，"),
+    "en": ("hi, ", "hello, ", "hi there, ", "hello, could you tell me ", "hey, quick question, ",
+           "good morning, "),
+}  # fmt: skip
+_JOIN = {
+    "zh": ("，另外", "，还有", "？顺便问下", "，同时"),
+    "en": (", and also ", " and ", ". also, "),
+}
+
+
+def _augmented(examples: list[Example]) -> list[tuple[str, str]]:
+    """Deterministic lead-in variants (``simple``) of every third simple corpus ask, and
+    one two-intent join (``multi``) of every fourth."""
+    out: list[tuple[str, str]] = []
+    simple = [e for e in examples if e.intent != "complex"]
+    for n, e in enumerate(simple):
+        lead, join = _LEAD_IN[e.lang], _JOIN[e.lang]
+        if n % 3 == 0:
+            out.append((lead[(n // 3) % len(lead)] + e.text, "simple"))
+        if n % 4 == 0:
+            other = next((o for o in simple[n + 7 :] if o.lang == e.lang and o.intent != e.intent),
+                         None)  # fmt: skip
+            if other is not None:
+                second = other.text if e.lang == "zh" else other.text[:1].lower() + other.text[1:]
+                out.append((e.text.rstrip("?？。.!！") + join[(n // 4) % len(join)] + second,
+                            "multi"))  # fmt: skip
+    return out
+
+
 def scope_examples(data_dir: Path = DATA_DIR) -> list[Example]:
     """What the scope classifier learns from: the corpus's asks as ``simple`` (its
-    ``complex`` ones as ``multi``) and ``scope-train.jsonl``'s multi-part and
-    out-of-domain asks; each with its prefixes that can only be of its kind (every prefix
-    of a simple ask, the last 40% of a multi-part or out-of-domain one)."""
-    rows = [(e.text, "multi" if e.intent == "complex" else "simple") for e in load_corpus(data_dir)]
+    ``complex`` ones as ``multi``), lead-in variants and two-intent joins made from them
+    (:func:`_augmented`), and ``scope-train.jsonl``'s multi-part and out-of-domain asks;
+    each with its prefixes that can only be of its kind (every prefix of a simple ask,
+    the last 40% of a multi-part or out-of-domain one)."""
+    corpus = load_corpus(data_dir)
+    rows = [(e.text, "multi" if e.intent == "complex" else "simple") for e in corpus]
+    rows += _augmented(corpus)
     path = data_dir / "scope-train.jsonl"
     if path.exists():
         rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
