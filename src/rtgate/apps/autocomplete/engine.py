@@ -79,14 +79,16 @@ ROUTES = ("template", "cache", "local", "cloud_async", "silent")
 @dataclass(slots=True)
 class EngineConfig:
     """How to build an engine. ``cloud_min_units``: shorter prefixes never go to the cloud
-    (characters for Chinese; ``cloud_min_words`` words for English, the same number when
-    unset); nor does an English prefix that ends inside a word (:func:`at_boundary`)."""
+    (characters for Chinese; ``cloud_min_words`` words for English, ``cloud_min_units``
+    when unset); nor does an English prefix that ends inside a word (:func:`at_boundary`).
+    Four English words, so that a short out-of-domain ask ("what's the weather like
+    tomorrow") can reach the big model: the judge decides which of them do."""
 
     mode: Mode = "emulated"
     templates: bool = True
     model: str = "gemma3-270m"
     cloud_min_units: int = 6
-    cloud_min_words: int | None = None
+    cloud_min_words: int | None = 4
     refine_queue: int = 32
     cloud_workers: int = 16
     cloud_queue: int = 128
