@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +48,7 @@ __all__ = [
     "familiarity",
     "json_lines",
     "judge_path",
+    "lead_in_variants",
     "load_asks",
     "load_classifier",
     "load_corpus",
@@ -227,9 +228,9 @@ def _augmented(examples: list[Example]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     simple = [e for e in examples if e.intent != "complex"]
     for n, e in enumerate(simple):
-        lead, join = _LEAD_IN[e.lang], _JOIN[e.lang]
+        join = _JOIN[e.lang]
         if n % 3 == 0:
-            out.append((lead[(n // 3) % len(lead)] + e.text, "simple"))
+            out.append((_lead_in(e, n), "simple"))
         if n % 4 == 0:
             other = next((o for o in simple[n + 7 :] if o.lang == e.lang and o.intent != e.intent),
                          None)  # fmt: skip
@@ -238,6 +239,19 @@ def _augmented(examples: list[Example]) -> list[tuple[str, str]]:
                 out.append((e.text.rstrip("?？。.!！") + join[(n // 4) % len(join)] + second,
                             "multi"))  # fmt: skip
     return out
+
+
+def _lead_in(e: Example, n: int) -> str:
+    lead = _LEAD_IN[e.lang]
+    return lead[(n // 3) % len(lead)] + e.text
+
+
+def lead_in_variants(examples: Sequence[Example]) -> list[Example]:
+    """Every third of ``examples`` (but the ``complex`` ones) with a greeting or a polite
+    lead-in before it, of the same intent: what an intent classifier learns so that
+    "您好，想问下…" does not lean to whichever intent the corpus happens to greet in."""
+    simple = [e for e in examples if e.intent != "complex"]
+    return [Example(_lead_in(e, n), e.intent, e.lang) for n, e in enumerate(simple) if n % 3 == 0]
 
 
 def scope_examples(data_dir: Path = DATA_DIR) -> list[Example]:
