@@ -75,6 +75,7 @@ ASK_SETS = {
     "tune": DATA_DIR / "asks-tune.jsonl",  # the judge is fitted on these
     "val": DATA_DIR / "asks-val.jsonl",  # written with the tuning asks, never fitted on
     "eval": DATA_DIR / "asks-eval.jsonl",  # held out
+    "eval2": DATA_DIR / "asks-eval2.jsonl",  # held out, written blind, measured once
 }
 FAST = ("template", "cache", "local")
 Bars = tuple[float, float]
