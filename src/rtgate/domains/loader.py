@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +48,7 @@ __all__ = [
     "familiarity",
     "json_lines",
     "judge_path",
+    "lead_in_variants",
     "load_asks",
     "load_classifier",
     "load_corpus",
@@ -206,12 +207,62 @@ def load_judge(data_dir: Path = DATA_DIR, *, path: Path | None = None) -> Calibr
     )
 
 
+# A greeting or a polite lead-in changes nothing of an ask's scope; two simple asks of
+# different intents joined by a connective are one multi-part ask. Both are made from the
+# corpus to teach the scope classifier so (it otherwise reads "您好，想问下…" as the start of
+# a multi-part ask: the long ones often open so).
+_LEAD_IN = {
+    "zh": ("您好，", "你好，想问下", "在吗？", "您好，请问", "你好，我想咨询一下", "打扰一下，"),
+    "en": ("hi, ", "hello, ", "hi there, ", "hello, could you tell me ", "hey, quick question, ",
+           "good morning, "),
+}  # fmt: skip
+_JOIN = {
+    "zh": ("，另外", "，还有", "？顺便问下", "，同时"),
+    "en": (", and also ", " and ", ". also, "),
+}
+
+
+def _augmented(examples: list[Example]) -> list[tuple[str, str]]:
+    """Deterministic lead-in variants (``simple``) of every third simple corpus ask, and
+    one two-intent join (``multi``) of every fourth."""
+    out: list[tuple[str, str]] = []
+    simple = [e for e in examples if e.intent != "complex"]
+    for n, e in enumerate(simple):
+        join = _JOIN[e.lang]
+        if n % 3 == 0:
+            out.append((_lead_in(e, n), "simple"))
+        if n % 4 == 0:
+            other = next((o for o in simple[n + 7 :] if o.lang == e.lang and o.intent != e.intent),
+                         None)  # fmt: skip
+            if other is not None:
+                second = other.text if e.lang == "zh" else other.text[:1].lower() + other.text[1:]
+                out.append((e.text.rstrip("?？。.!！") + join[(n // 4) % len(join)] + second,
+                            "multi"))  # fmt: skip
+    return out
+
+
+def _lead_in(e: Example, n: int) -> str:
+    lead = _LEAD_IN[e.lang]
+    return lead[(n // 3) % len(lead)] + e.text
+
+
+def lead_in_variants(examples: Sequence[Example]) -> list[Example]:
+    """Every third of ``examples`` (but the ``complex`` ones) with a greeting or a polite
+    lead-in before it, of the same intent: what an intent classifier learns so that
+    "您好，想问下…" does not lean to whichever intent the corpus happens to greet in."""
+    simple = [e for e in examples if e.intent != "complex"]
+    return [Example(_lead_in(e, n), e.intent, e.lang) for n, e in enumerate(simple) if n % 3 == 0]
+
+
 def scope_examples(data_dir: Path = DATA_DIR) -> list[Example]:
     """What the scope classifier learns from: the corpus's asks as ``simple`` (its
-    ``complex`` ones as ``multi``) and ``scope-train.jsonl``'s multi-part and
-    out-of-domain asks; each with its prefixes that can only be of its kind (every prefix
-    of a simple ask, the last 40% of a multi-part or out-of-domain one)."""
-    rows = [(e.text, "multi" if e.intent == "complex" else "simple") for e in load_corpus(data_dir)]
+    ``complex`` ones as ``multi``), lead-in variants and two-intent joins made from them
+    (:func:`_augmented`), and ``scope-train.jsonl``'s multi-part and out-of-domain asks;
+    each with its prefixes that can only be of its kind (every prefix of a simple ask,
+    the last 40% of a multi-part or out-of-domain one)."""
+    corpus = load_corpus(data_dir)
+    rows = [(e.text, "multi" if e.intent == "complex" else "simple") for e in corpus]
+    rows += _augmented(corpus)
     path = data_dir / "scope-train.jsonl"
     if path.exists():
         rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]

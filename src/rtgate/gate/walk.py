@@ -124,7 +124,9 @@ class Walk:
             return False  # the big model's own answer, kept by a cache: nothing to judge
         verdict = judge.judge(run.request, first)
         if self.config.abstain_below > 0:
-            verdict = Verdict(verdict.p_right, self.config.abstain_below, verdict.reasons)
+            verdict = Verdict(
+                verdict.p_right, self.config.abstain_below, verdict.reasons, verdict.vetoed
+            )
         run.verdict = verdict
         trace = run.trace
         trace.confidence = verdict.p_right

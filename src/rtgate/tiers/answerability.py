@@ -47,19 +47,25 @@ _EPS = 1e-4
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """A judge's word on one fast answer: the probability it is right, the bar it must
-    reach, and the signals that weighed against it (for the trace)."""
+    reach, and the signals that weighed against it (for the trace). ``vetoed``: the ask
+    reads so surely as multi-part or out-of-domain that it goes to the big model whatever
+    ``p_right`` says."""
 
     p_right: float
     threshold: float
     reasons: tuple[str, ...] = ()
+    vetoed: bool = False
 
     @property
     def answerable(self) -> bool:
-        return self.p_right >= self.threshold
+        return not self.vetoed and self.p_right >= self.threshold
 
     def why(self) -> str:
         """One line for a trace: ``"p=0.12 < 0.40: 3 clauses, 2 intents"``."""
-        head = f"p={self.p_right:.2f} {'>=' if self.answerable else '<'} {self.threshold:.2f}"
+        sign = ">=" if self.p_right >= self.threshold else "<"
+        head = f"p={self.p_right:.2f} {sign} {self.threshold:.2f}"
+        if self.vetoed:
+            head += " (vetoed)"
         return f"{head}: {', '.join(self.reasons)}" if self.reasons else head
 
 
@@ -144,6 +150,8 @@ class CalibratedJudge:
     ``ranker`` reads the ask (top intent, top-3 mass, the ``complex`` intent) and each of
     its clauses; ``vocabulary`` tells words the domain never uses. ``threshold`` is the
     ``p_right`` below which the gate delegates, chosen when the judge was fitted.
+    ``scope_bars`` (``multi``, ``ood``): a scope probability at or above its bar vetoes
+    the fast answer (:attr:`Verdict.vetoed`); chosen with the threshold, absent: no veto.
     """
 
     coef: Sequence[float]
@@ -154,6 +162,7 @@ class CalibratedJudge:
     familiarity: Familiarity | None = None
     scope: IntentRanker | None = None  # classes simple / multi / ood
     meta: dict[str, Any] = field(default_factory=dict)
+    scope_bars: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.coef) != len(feature_names()):
@@ -192,19 +201,27 @@ class CalibratedJudge:
         for name, at in (("complex", 2), ("multi-part", 3), ("out-of-domain", 4)):
             if x[at] >= 0.5:
                 reasons.insert(0, f"reads as {name} (p={x[at]:.2f})")
-        return Verdict(p, self.threshold, tuple(reasons))
+        return Verdict(p, self.threshold, tuple(reasons), self.vetoes(x))
+
+    def vetoes(self, x: Sequence[float]) -> bool:
+        """Whether inputs ``x`` reach a scope bar (see the class docstring)."""
+        bars = self.scope_bars
+        return x[3] >= bars.get("multi", math.inf) or x[4] >= bars.get("ood", math.inf)
 
     # -- persistence ---------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "format": _FORMAT,
             "features": feature_names(),
             "coef": [round(float(w), 6) for w in self.coef],
             "intercept": round(float(self.intercept), 6),
             "threshold": self.threshold,
-            "meta": self.meta,
         }
+        if self.scope_bars:
+            out["scope_bars"] = dict(self.scope_bars)
+        out["meta"] = self.meta
+        return out
 
     def save(self, path: str | Path) -> None:
         text = json.dumps(self.to_dict(), indent=1, ensure_ascii=False)
@@ -237,8 +254,15 @@ class CalibratedJudge:
             raise ConfigError(f"{path}: malformed judge: {e}") from e
         if not 0.0 <= threshold <= 1.0:
             raise ConfigError(f"{path}: threshold {threshold} is not in [0, 1]")
+        bars = raw.get("scope_bars", {})
+        if not isinstance(bars, dict) or any(
+            k not in ("multi", "ood") or isinstance(v, bool) or not isinstance(v, int | float)
+            for k, v in bars.items()
+        ):
+            raise ConfigError(f"{path}: scope_bars must map multi / ood to numbers")
         meta: dict[str, Any] = raw["meta"] if isinstance(raw.get("meta"), dict) else {}
-        return cls(coef, intercept, threshold, ranker, vocabulary, familiarity, scope, dict(meta))
+        return cls(coef, intercept, threshold, ranker, vocabulary, familiarity, scope, dict(meta),
+                   {k: float(v) for k, v in bars.items()})  # fmt: skip
 
 
 def fit_judge(

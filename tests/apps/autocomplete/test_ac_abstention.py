@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from rtgate.apps.autocomplete.abstention import (
@@ -32,24 +33,39 @@ async def test_only_prefixes_the_engine_may_delegate_are_kept(
         zh = prefixes_of(SIMPLE, lex, 0, engine)
         en = prefixes_of(ask, lex, 0, engine)
     assert zh and all(len(p) >= 6 for p in zh) and zh[-1] == SIMPLE.text
-    assert en == ["how do i pay my bill ", "how do i pay my bill on "]  # typed, at spaces
-    cfg = EngineConfig(cloud_min_words=4)
+    assert en[0] == "how do i pay " and en[-1] == "how do i pay my bill on "  # at spaces
+    cfg = EngineConfig(cloud_min_words=6)
     async with engine_with(reader, cloud=gated, config=cfg) as engine:
-        assert prefixes_of(ask, lex, 0, engine)[0] == "how do i pay "
+        assert prefixes_of(ask, lex, 0, engine) == ["how do i pay my bill ",
+                                                    "how do i pay my bill on "]  # fmt: skip
 
 
 def test_the_threshold_keeps_simple_asks_fast_first() -> None:
     asks = [SIMPLE, MULTI]
     rows = [
-        Row(0, "a", "simple", "zh", [0.0], 1, False),
-        Row(1, "b", "multi", "zh", [0.0], 0, False),
+        Row(0, "a", "simple", "zh", [0.0] * 5, 1, False),
+        Row(1, "b", "multi", "zh", [0.0] * 5, 0, False),
     ]
     # the multi ask scores 0.3, the simple one 0.2: no threshold delegates the multi ask
     # without the simple one too, so the simple ask wins
-    t, shares = pick_threshold(rows, asks, {0: 0.2, 1: 0.3}, min_fast=1.0)
+    t, shares, _ = pick_threshold(rows, asks, {0: 0.2, 1: 0.3}, min_fast=1.0)
     assert t <= 0.2 and shares == {"complex_delegated": 0.0, "simple_fast": 1.0}
-    t, shares = pick_threshold(rows, asks, {0: 0.6, 1: 0.3}, min_fast=1.0)
+    t, shares, _ = pick_threshold(rows, asks, {0: 0.6, 1: 0.3}, min_fast=1.0)
     assert 0.3 < t <= 0.6 and shares == {"complex_delegated": 1.0, "simple_fast": 1.0}
+
+
+def test_a_scope_bar_delegates_what_the_threshold_cannot() -> None:
+    asks = [SIMPLE, MULTI]
+    rows = [
+        Row(0, "a", "simple", "zh", [0.0, 0.0, 0.0, 0.1, 0.2], 1, False),
+        Row(1, "b", "multi", "zh", [0.0, 0.0, 0.0, 0.99, 0.0], 0, False),
+    ]
+    # p says the multi ask is the likelier right (0.3 > 0.2); its scope reads multi at 0.99
+    t, shares, bars = pick_threshold(
+        rows, asks, {0: 0.2, 1: 0.3}, min_fast=1.0, bar_grid=(0.5, 0.95, math.inf)
+    )
+    assert shares == {"complex_delegated": 1.0, "simple_fast": 1.0}
+    assert bars == (0.95, math.inf) and t <= 0.2  # the highest bars that do it
 
 
 async def test_evaluate_counts_per_ask(reader: Reader, gated: BackgroundOnly) -> None:
@@ -97,6 +113,7 @@ def test_fitting_a_judge_on_a_few_asks(tmp_path: Path) -> None:
     judge.save(out)
     again = load_judge(path=out)
     assert again.threshold == judge.threshold and again.scope is not None
+    assert again.scope_bars == judge.scope_bars
     generic, g = fit_generic(_asks_file(tmp_path))
     assert generic.ranker is None and g["n_asks"] == 12 and 0.0 <= generic.threshold <= 1.0
 

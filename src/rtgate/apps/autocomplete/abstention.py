@@ -18,11 +18,16 @@ cloud counts for routing (long enough and at a word boundary:
 
 The threshold is chosen on the tuning asks from out-of-fold predictions (5 folds, by
 ask): the highest share of complex asks delegated with at least ``min_fast`` of the
-simple asks left on the fast path.
+simple asks left on the fast path. With it, the scope bars: a prefix the scope classifier
+reads as multi-part or out-of-domain at or above its bar is delegated whatever the
+logistic model says (a linear model caps what one sure input can weigh). The scope
+classifier never learns from the tuning asks, so its readings of them are out of sample.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,8 +71,17 @@ __all__ = [
     "run_sets",
 ]
 
-ASK_SETS = {"tune": DATA_DIR / "asks-tune.jsonl", "eval": DATA_DIR / "asks-eval.jsonl"}
+ASK_SETS = {
+    "tune": DATA_DIR / "asks-tune.jsonl",  # the judge is fitted on these
+    "val": DATA_DIR / "asks-val.jsonl",  # written with the tuning asks, never fitted on
+    "eval": DATA_DIR / "asks-eval.jsonl",  # held out
+    "eval2": DATA_DIR / "asks-eval2.jsonl",  # held out, written blind, measured once
+}
 FAST = ("template", "cache", "local")
+Bars = tuple[float, float]
+_OFF = math.inf  # a scope bar nothing reaches
+# the scope bars tried when fitting (a probability at or above one vetoes a fast answer)
+BAR_GRID = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, _OFF)
 _LATE = 0.6  # share of a complex ask after which its prefix is labelled "not answerable"
 
 
@@ -119,11 +133,16 @@ async def collect(
     return rows
 
 
-def _per_ask(rows: Sequence[Row], p: dict[int, float], threshold: float) -> dict[int, bool]:
-    """Whether each ask started a cloud job at ``threshold`` (``p`` by row index)."""
+def _per_ask(
+    rows: Sequence[Row], p: dict[int, float], threshold: float, bars: Bars = (_OFF, _OFF)
+) -> dict[int, bool]:
+    """Whether each ask started a cloud job at ``threshold`` and scope ``bars`` (multi,
+    ood; ``p`` by row index)."""
     out: dict[int, bool] = {}
     for i, r in enumerate(rows):
-        went = r.delegated_anyway or (i in p and p[i] < threshold)
+        went = r.delegated_anyway
+        if not went and i in p and r.x is not None:
+            went = p[i] < threshold or r.x[3] >= bars[0] or r.x[4] >= bars[1]
         out[r.ask] = out.get(r.ask, False) or went
     return out
 
@@ -143,22 +162,31 @@ def _shares(
 
 
 def pick_threshold(
-    rows: Sequence[Row], asks: Sequence[Ask], p: dict[int, float], *, min_fast: float = 0.96
-) -> tuple[float, dict[str, float]]:
-    """The threshold delegating the most complex asks with ``min_fast`` of the simple ones
-    kept on the fast path (the lowest such threshold on a tie), and its shares."""
-    best: tuple[float, float, dict[str, float]] | None = None
+    rows: Sequence[Row],
+    asks: Sequence[Ask],
+    p: dict[int, float],
+    *,
+    min_fast: float = 0.96,
+    bar_grid: Sequence[float] = (_OFF,),
+) -> tuple[float, dict[str, float], Bars]:
+    """The threshold and scope bars (multi, ood; each from ``bar_grid``) delegating the
+    most complex asks with ``min_fast`` of the simple ones kept on the fast path, and
+    their shares. On a tie: more simple asks kept fast, then the higher bars (fewer
+    vetoes), then the lower threshold."""
+    best: tuple[tuple[float, ...], float, dict[str, float], Bars] | None = None
     for k in range(1, 90):
         t = k / 100.0
-        shares = _shares(asks, _per_ask(rows, p, t))
-        if shares["simple_fast"] < min_fast:
-            continue
-        if best is None or shares["complex_delegated"] > best[1]:
-            best = (t, shares["complex_delegated"], shares)
+        for bars in itertools.product(bar_grid, bar_grid):
+            shares = _shares(asks, _per_ask(rows, p, t, bars))
+            if shares["simple_fast"] < min_fast:
+                continue
+            key = (shares["complex_delegated"], shares["simple_fast"], *sorted(bars), -t)
+            if best is None or key > best[0]:
+                best = (key, t, shares, bars)
     if best is None:
         t = 0.01
-        return t, _shares(asks, _per_ask(rows, p, t))
-    return best[0], best[2]
+        return t, _shares(asks, _per_ask(rows, p, t)), (_OFF, _OFF)
+    return best[1], best[2], best[3]
 
 
 def _out_of_fold(
@@ -215,7 +243,8 @@ def fit(
 
     rows = asyncio.run(gather())
     oof = _folds(rows)
-    threshold, shares = pick_threshold(rows, asks, oof)
+    threshold, shares, bars = pick_threshold(rows, asks, oof, bar_grid=BAR_GRID)
+    scope_bars = {k: v for k, v in zip(("multi", "ood"), bars, strict=True) if v != _OFF}
     labelled = [i for i in oof if rows[i].label is not None]
     coef, b = fit_judge([rows[i].x or [] for i in labelled], [rows[i].label or 0 for i in labelled])
     probs = [oof[i] for i in labelled]
@@ -226,6 +255,7 @@ def fit(
         "n_rows": len(rows),
         "n_labelled": len(labelled),
         "threshold": threshold,
+        "scope_bars": scope_bars,
         "out_of_fold": {
             **{k: round(v, 4) for k, v in shares.items()},
             "ece": round(expected_calibration_error(probs, ys), 4),
@@ -233,9 +263,8 @@ def fit(
         },
     }
     meta = {"fitted_on": asks_path.name, "seed": seed, **report}
-    judge = CalibratedJudge(
-        coef, b, threshold, probe.ranker, probe.vocabulary, probe.familiarity, probe.scope, meta
-    )
+    judge = CalibratedJudge(coef, b, threshold, probe.ranker, probe.vocabulary,
+                            probe.familiarity, probe.scope, meta, scope_bars)  # fmt: skip
     return judge, report
 
 

@@ -106,7 +106,7 @@ def bench_autocomplete(
 
 @bench_app.command("abstention")
 def bench_abstention(
-    sets: str = typer.Option("tune,eval", "--sets", help="ask sets: tune, eval or both"),
+    sets: str = typer.Option("tune,eval", "--sets", help="ask sets: tune, val, eval, eval2"),
     json_file: Path | None = typer.Option(None, "--json", help="write the report here"),
     budget_ms: float = typer.Option(150.0, "--budget-ms", min=5.0),
     judge: bool = typer.Option(True, help="--no-judge: the engine without its judge"),

@@ -45,7 +45,14 @@ from rtgate.core.budget import Budget
 from rtgate.core.errors import InvalidBudget, InvalidRequest, JobNotFound
 from rtgate.core.request import Request
 from rtgate.core.text_rules import check_text
-from rtgate.domains.loader import INTENTS, judge_path, load_corpus, load_judge, load_templates
+from rtgate.domains.loader import (
+    INTENTS,
+    judge_path,
+    lead_in_variants,
+    load_corpus,
+    load_judge,
+    load_templates,
+)
 from rtgate.gate import Gate, GateConfig
 from rtgate.gate.inprocess_queue import InProcessQueue
 from rtgate.tiers.base import Tier
@@ -79,14 +86,16 @@ ROUTES = ("template", "cache", "local", "cloud_async", "silent")
 @dataclass(slots=True)
 class EngineConfig:
     """How to build an engine. ``cloud_min_units``: shorter prefixes never go to the cloud
-    (characters for Chinese; ``cloud_min_words`` words for English, the same number when
-    unset); nor does an English prefix that ends inside a word (:func:`at_boundary`)."""
+    (characters for Chinese; ``cloud_min_words`` words for English, ``cloud_min_units``
+    when unset); nor does an English prefix that ends inside a word (:func:`at_boundary`).
+    Four English words, so that a short out-of-domain ask ("what's the weather like
+    tomorrow") can reach the big model: the judge decides which of them do."""
 
     mode: Mode = "emulated"
     templates: bool = True
     model: str = "gemma3-270m"
     cloud_min_units: int = 6
-    cloud_min_words: int | None = None
+    cloud_min_words: int | None = 4
     refine_queue: int = 32
     cloud_workers: int = 16
     cloud_queue: int = 128
@@ -130,11 +139,13 @@ def check_prefix(prefix: Any) -> str:
 
 
 def build_reader(examples: Sequence[Example] | None = None) -> Reader:
-    """The classifier (trained now, ~1-2 s) and the candidate pool of the domain."""
+    """The classifier (trained now, ~1-2 s, on the examples and lead-in variants of a
+    third of them) and the candidate pool of the domain."""
     rows = list(examples) if examples is not None else load_corpus()
     table = load_templates()
     extra = [(c.text, c.intent) for t in table.templates for c in t.candidates]
-    classifier = IntentClassifier.train(rows, ngram=(1, 4), c=0.3, prefix_weight=0.3)
+    learn = rows + lead_in_variants(rows)
+    classifier = IntentClassifier.train(learn, ngram=(1, 4), c=0.3, prefix_weight=0.3)
     return Reader(classifier, CandidatePool(rows, extra))
 
 
