@@ -111,7 +111,7 @@ class EngineConfig:
     seed: int = 0
     local: dict[str, Any] = field(default_factory=dict)  # LocalSuggestTier keyword args
     judge: bool = True  # the domain's judge decides whether a fast answer can stand alone
-    semantic: bool = True  # the semantic scope check of sessions' prefixes, in the background
+    semantic: bool = True  # with the judge: the semantic scope check, in the background
     semantic_sessions: int = 64  # sessions whose prefix may wait for it (then: dropped)
     semantic_threads: int = 1  # the embedding engine's threads (one core left to the loop)
 
@@ -257,7 +257,7 @@ class AutocompleteEngine:
         if cfg.templates:
             tiers.append(TemplateSuggestTier(table, reader))
         judge: Any = load_judge() if cfg.judge and judge_path().exists() else None
-        if cfg.semantic:
+        if cfg.semantic and judge is not None:  # the check is a part of the judge's veto
             scope = load_semantic_scope(embedder=Embedder(threads=cfg.semantic_threads))
             if scope is not None:
                 judge = SemanticVeto(judge, scope)
