@@ -76,6 +76,7 @@ ASK_SETS = {
     "val": DATA_DIR / "asks-val.jsonl",  # written with the tuning asks, never fitted on
     "eval": DATA_DIR / "asks-eval.jsonl",  # held out
     "eval2": DATA_DIR / "asks-eval2.jsonl",  # held out, written blind, measured once
+    "eval3": DATA_DIR / "asks-eval3.jsonl",  # held out, written blind, measured once
 }
 FAST = ("template", "cache", "local")
 Bars = tuple[float, float]
