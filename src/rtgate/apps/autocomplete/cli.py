@@ -79,6 +79,7 @@ def bench_autocomplete(
     concurrency: int = typer.Option(64, min=1, help="typists replaying sessions at once"),
     accuracy: bool = typer.Option(True, help="measure top-3 accuracy on held-out prefixes"),
     judge: bool = typer.Option(True, help="--no-judge: the engine without its judge"),
+    semantic: bool = typer.Option(True, help="--no-semantic: without the semantic check"),
 ) -> None:
     """Replay typing sessions: all-cloud baseline vs the gate (the article's table)."""
     from rtgate.apps.autocomplete.bench import run
@@ -96,6 +97,7 @@ def bench_autocomplete(
         with_accuracy=accuracy,
         plot=plot,
         judge=judge,
+        semantic=semantic,
     )
     _table(report)
     if json_file is not None:
@@ -106,10 +108,11 @@ def bench_autocomplete(
 
 @bench_app.command("abstention")
 def bench_abstention(
-    sets: str = typer.Option("tune,eval", "--sets", help="ask sets: tune, val, eval, eval2"),
+    sets: str = typer.Option("tune,eval", "--sets", help="ask sets: tune, val, eval, eval2, eval3"),
     json_file: Path | None = typer.Option(None, "--json", help="write the report here"),
     budget_ms: float = typer.Option(150.0, "--budget-ms", min=5.0),
     judge: bool = typer.Option(True, help="--no-judge: the engine without its judge"),
+    semantic: bool = typer.Option(True, help="--no-semantic: without the semantic check"),
     plot: Path | None = typer.Option(None, help="reliability diagram PNG (default: beside --json)"),
 ) -> None:
     """Multi-part / out-of-domain asks sent to the big model, simple asks kept fast, top-3
@@ -119,7 +122,7 @@ def bench_abstention(
 
     names = [s.strip() for s in sets.split(",") if s.strip()]
     try:
-        report = run_sets(names, budget_ms=budget_ms, judge=judge)
+        report = run_sets(names, budget_ms=budget_ms, judge=judge, semantic=semantic)
     except InvalidRequest as e:
         console.print(f"[red]invalid request:[/red] {e}")
         raise typer.Exit(2) from e

