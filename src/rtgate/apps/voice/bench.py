@@ -130,6 +130,7 @@ class Turn:
 @dataclass(slots=True)
 class CallResult:
     first_audio_ms: list[float] = field(default_factory=list)
+    answer_audio_ms: list[float] = field(default_factory=list)  # true end -> answer's audio
     decision_ms: list[float] = field(default_factory=list)
     decode_ms: list[float] = field(default_factory=list)
     bargein_stop_ms: list[float] = field(default_factory=list)
@@ -147,6 +148,7 @@ class CallResult:
     def add(self, r: CallResult) -> None:
         """Add one call's results to these totals."""
         self.first_audio_ms += r.first_audio_ms
+        self.answer_audio_ms += r.answer_audio_ms
         self.decision_ms += r.decision_ms
         self.decode_ms += r.decode_ms
         self.rules += r.rules
@@ -329,6 +331,11 @@ def _score(
             res.by_rule.append((rule, first_ms))
             if first_ms > 300:
                 res.slow.append(_why_slow(call, turn, ends[mine[0]] if mine else None, first_ms))
+        answer_ms = None
+        answers = [c.at for c in out.chunks if c.kind == "answer" and t_end <= c.at < nxt]
+        if answers and not over:
+            answer_ms = (min(answers) - t_end) * 1000.0
+            res.answer_audio_ms.append(answer_ms)
         stop_ms = None
         if turn.bargein:
             stops = [at for t, at in call.output.stops if turn.onset - 0.2 <= t < turn.end]
@@ -358,6 +365,7 @@ def _score(
                 "answer": answer,
                 "followup": _texts(call, n, "followup") if n is not None else "",
                 "first_audio_ms": None if first_ms is None else round(first_ms, 1),
+                "answer_audio_ms": None if answer_ms is None else round(answer_ms, 1),
                 "cut_in": bool(over),
                 "cut_in_by": [
                     {"kind": kind, "after_onset_ms": round((st - t_onset) * 1000.0, 1)}
@@ -501,6 +509,7 @@ def _report(
         "timing": "from the true end / onset of the caller's voice (10 ms RMS over -45 dBFS)",
         "first_audio_ms": percentiles(total.first_audio_ms),
         "first_audio_turns": len(total.first_audio_ms),
+        "answer_audio_ms": percentiles(total.answer_audio_ms),
         "bargein_stop_ms": percentiles(total.bargein_stop_ms),
         "turn_end_decision_ms": percentiles(total.decision_ms),
         "asr_decode_ms": percentiles(total.decode_ms),

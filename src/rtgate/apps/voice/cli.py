@@ -233,6 +233,7 @@ def bench_voice(
     table.add_column("p95", justify="right")
     for key, label in (
         ("first_audio_ms", "end of speech → first audio (ms)"),
+        ("answer_audio_ms", "end of speech → answer audio (ms)"),
         ("bargein_stop_ms", "barge-in → audio stopped (ms)"),
     ):
         table.add_row(label, f"{report[key]['p50']}", f"{report[key]['p95']}")
