@@ -144,6 +144,7 @@ class CallResult:
     rules: list[str] = field(default_factory=list)
     by_rule: list[tuple[str, float]] = field(default_factory=list)
     slow: list[dict[str, Any]] = field(default_factory=list)
+    speculation: dict[str, int] = field(default_factory=dict)  # prepared answers, counted
 
     def add(self, r: CallResult) -> None:
         """Add one call's results to these totals."""
@@ -159,6 +160,8 @@ class CallResult:
         self.cut_ins += r.cut_ins
         self.missed_bargeins += r.missed_bargeins
         self.cut_in_details += r.cut_in_details
+        for key, n in r.speculation.items():
+            self.speculation[key] = self.speculation.get(key, 0) + n
         for lang, (n, k) in r.by_lang.items():
             row = self.by_lang.setdefault(lang, [0, 0])
             row[0] += n
@@ -291,6 +294,8 @@ def _score(
         f.decode_ms for _, s, f in call.events if s == "asr" and isinstance(f, TranscriptFrame)
     ]
     starts = agent_starts(out)
+    for key, count in call.agent.speculation.items():
+        res.speculation[key] = res.speculation.get(key, 0) + count
     res.audio_ms += [ms for _, _, _, ms in call.turns.audio_scores]
     lang_row = res.by_lang.setdefault(lang, [0, 0])
     rows: list[dict[str, Any]] = []
@@ -441,6 +446,7 @@ async def _run(
     asr_step_s: float,
     audio_turns: bool,
     eval_dir: Path | None,
+    speculate: bool = True,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     cfg = VoiceConfig(
@@ -448,6 +454,7 @@ async def _run(
         semantic_turns=semantic_turns,
         asr_step_s=asr_step_s,
         audio_turns=audio_turns,
+        speculate=speculate,
     )
     total = CallResult()
     serial: list[float] = []
@@ -510,6 +517,7 @@ def _report(
         "first_audio_ms": percentiles(total.first_audio_ms),
         "first_audio_turns": len(total.first_audio_ms),
         "answer_audio_ms": percentiles(total.answer_audio_ms),
+        "speculation": total.speculation,
         "bargein_stop_ms": percentiles(total.bargein_stop_ms),
         "turn_end_decision_ms": percentiles(total.decision_ms),
         "asr_decode_ms": percentiles(total.decode_ms),
@@ -529,6 +537,7 @@ def _report(
         "asr_model": cfg.asr_model,
         "semantic_turns": cfg.semantic_turns,
         "audio_turns": cfg.audio_turns,
+        "speculate": cfg.speculate,
         "asr_step_s": cfg.asr_step_s,
         "llm": cfg.llm,
         "cloud": "emulated cloud-70b (local model + CLOUD_70B latency)",
@@ -557,13 +566,22 @@ def run(
     asr_step_s: float | None = None,
     audio_turns: bool = False,
     eval_dir: Path | None = None,
+    speculate: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report. With
     ``eval_dir`` the held-out calls there (``calls`` 0: all of them)."""
     step = VoiceConfig().asr_step_s if asr_step_s is None else asr_step_s
     return asyncio.run(
         _run(
-            calls, seed, asr_model, serial_hangover_ms, semantic_turns, step, audio_turns, eval_dir
+            calls,
+            seed,
+            asr_model,
+            serial_hangover_ms,
+            semantic_turns,
+            step,
+            audio_turns,
+            eval_dir,
+            speculate,
         )
     )
 

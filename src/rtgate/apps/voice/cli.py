@@ -202,6 +202,9 @@ def bench_voice(
     audio_turns: bool = typer.Option(
         False, help="fuse Smart Turn (the voice) into the turn's end (off by default)"
     ),
+    speculate: bool = typer.Option(
+        True, help="prepare the answer at a pause, speak it on the end (off: the ablation)"
+    ),
     which: str = typer.Option(
         "validation", "--set", help="validation (the packaged clips) or eval (held out)"
     ),
@@ -226,6 +229,7 @@ def bench_voice(
         asr_step_s=asr_step,
         audio_turns=audio_turns,
         eval_dir=eval_dir if which == "eval" else None,
+        speculate=speculate,
     )
     table = Table(title=f"voice bench: {report['calls']} calls, {report['turns']} turns")
     table.add_column("metric")
