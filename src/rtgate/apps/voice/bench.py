@@ -130,6 +130,7 @@ class Turn:
 @dataclass(slots=True)
 class CallResult:
     first_audio_ms: list[float] = field(default_factory=list)
+    answer_audio_ms: list[float] = field(default_factory=list)  # true end -> answer's audio
     decision_ms: list[float] = field(default_factory=list)
     decode_ms: list[float] = field(default_factory=list)
     bargein_stop_ms: list[float] = field(default_factory=list)
@@ -143,10 +144,12 @@ class CallResult:
     rules: list[str] = field(default_factory=list)
     by_rule: list[tuple[str, float]] = field(default_factory=list)
     slow: list[dict[str, Any]] = field(default_factory=list)
+    speculation: dict[str, int] = field(default_factory=dict)  # prepared answers, counted
 
     def add(self, r: CallResult) -> None:
         """Add one call's results to these totals."""
         self.first_audio_ms += r.first_audio_ms
+        self.answer_audio_ms += r.answer_audio_ms
         self.decision_ms += r.decision_ms
         self.decode_ms += r.decode_ms
         self.rules += r.rules
@@ -157,6 +160,8 @@ class CallResult:
         self.cut_ins += r.cut_ins
         self.missed_bargeins += r.missed_bargeins
         self.cut_in_details += r.cut_in_details
+        for key, n in r.speculation.items():
+            self.speculation[key] = self.speculation.get(key, 0) + n
         for lang, (n, k) in r.by_lang.items():
             row = self.by_lang.setdefault(lang, [0, 0])
             row[0] += n
@@ -289,6 +294,8 @@ def _score(
         f.decode_ms for _, s, f in call.events if s == "asr" and isinstance(f, TranscriptFrame)
     ]
     starts = agent_starts(out)
+    for key, count in call.agent.speculation.items():
+        res.speculation[key] = res.speculation.get(key, 0) + count
     res.audio_ms += [ms for _, _, _, ms in call.turns.audio_scores]
     lang_row = res.by_lang.setdefault(lang, [0, 0])
     rows: list[dict[str, Any]] = []
@@ -329,6 +336,11 @@ def _score(
             res.by_rule.append((rule, first_ms))
             if first_ms > 300:
                 res.slow.append(_why_slow(call, turn, ends[mine[0]] if mine else None, first_ms))
+        answer_ms = None
+        answers = [c.at for c in out.chunks if c.kind == "answer" and t_end <= c.at < nxt]
+        if answers and not over:
+            answer_ms = (min(answers) - t_end) * 1000.0
+            res.answer_audio_ms.append(answer_ms)
         stop_ms = None
         if turn.bargein:
             stops = [at for t, at in call.output.stops if turn.onset - 0.2 <= t < turn.end]
@@ -358,6 +370,7 @@ def _score(
                 "answer": answer,
                 "followup": _texts(call, n, "followup") if n is not None else "",
                 "first_audio_ms": None if first_ms is None else round(first_ms, 1),
+                "answer_audio_ms": None if answer_ms is None else round(answer_ms, 1),
                 "cut_in": bool(over),
                 "cut_in_by": [
                     {"kind": kind, "after_onset_ms": round((st - t_onset) * 1000.0, 1)}
@@ -433,6 +446,7 @@ async def _run(
     asr_step_s: float,
     audio_turns: bool,
     eval_dir: Path | None,
+    speculate: bool = True,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     cfg = VoiceConfig(
@@ -440,6 +454,7 @@ async def _run(
         semantic_turns=semantic_turns,
         asr_step_s=asr_step_s,
         audio_turns=audio_turns,
+        speculate=speculate,
     )
     total = CallResult()
     serial: list[float] = []
@@ -501,6 +516,8 @@ def _report(
         "timing": "from the true end / onset of the caller's voice (10 ms RMS over -45 dBFS)",
         "first_audio_ms": percentiles(total.first_audio_ms),
         "first_audio_turns": len(total.first_audio_ms),
+        "answer_audio_ms": percentiles(total.answer_audio_ms),
+        "speculation": total.speculation,
         "bargein_stop_ms": percentiles(total.bargein_stop_ms),
         "turn_end_decision_ms": percentiles(total.decision_ms),
         "asr_decode_ms": percentiles(total.decode_ms),
@@ -520,6 +537,7 @@ def _report(
         "asr_model": cfg.asr_model,
         "semantic_turns": cfg.semantic_turns,
         "audio_turns": cfg.audio_turns,
+        "speculate": cfg.speculate,
         "asr_step_s": cfg.asr_step_s,
         "llm": cfg.llm,
         "cloud": "emulated cloud-70b (local model + CLOUD_70B latency)",
@@ -548,13 +566,22 @@ def run(
     asr_step_s: float | None = None,
     audio_turns: bool = False,
     eval_dir: Path | None = None,
+    speculate: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report. With
     ``eval_dir`` the held-out calls there (``calls`` 0: all of them)."""
     step = VoiceConfig().asr_step_s if asr_step_s is None else asr_step_s
     return asyncio.run(
         _run(
-            calls, seed, asr_model, serial_hangover_ms, semantic_turns, step, audio_turns, eval_dir
+            calls,
+            seed,
+            asr_model,
+            serial_hangover_ms,
+            semantic_turns,
+            step,
+            audio_turns,
+            eval_dir,
+            speculate,
         )
     )
 

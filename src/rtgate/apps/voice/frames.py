@@ -39,6 +39,7 @@ __all__ = [
     "StartFrame",
     "TranscriptFrame",
     "TurnEndFrame",
+    "TurnPauseFrame",
 ]
 
 RATE = 16_000
@@ -121,6 +122,19 @@ class TurnEndFrame(ControlFrame):
     rule: str
     p_end: float | None = None
     p_audio: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnPauseFrame(ControlFrame):
+    """Turn-taking: the caller of turn ``turn`` has paused since ``t`` and ``text`` (a
+    partial covering the pause) is what they said so far. Not an end: the agent may prepare
+    its answer to ``text`` but say nothing until the :class:`TurnEndFrame`; speech again
+    (a :class:`SpeechStartFrame` before that end) withdraws it."""
+
+    turn: int
+    text: str
+    lang: str
+    t: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

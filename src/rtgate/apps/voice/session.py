@@ -75,6 +75,9 @@ class VoiceConfig:
     # no fewer turns (0 of 34 either way) and was slower (first audio p95 615 vs 288 ms),
     # and the model costs 50-130 ms of CPU per scored pause here (docs/voice.md)
     audio_turns: bool = False
+    # prepare the answer (and its audio) at a short pause, speak it only on the turn's end,
+    # drop it silently when the caller goes on (agent.py); off: answer from the final
+    speculate: bool = True
     rules: TurnRules = field(default_factory=TurnRules)
     ack_budget_ms: float = 250.0
     answer_budget_ms: float = 2500.0
@@ -238,6 +241,7 @@ class VoiceCall:
             answer_budget_ms=cfg.answer_budget_ms,
             answer_tokens=cfg.answer_tokens,
             judge=models.judge,
+            speculate=cfg.speculate,
         )
         self.turns = TurnStage(cfg.rules, eot=models.eot, audio_eot=models.audio_eot)
         self.output = OutputStage(self.out, pace=pace_out, lead_s=lead_s)

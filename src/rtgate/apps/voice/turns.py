@@ -56,6 +56,7 @@ from rtgate.apps.voice.frames import (
     StartFrame,
     TranscriptFrame,
     TurnEndFrame,
+    TurnPauseFrame,
 )
 from rtgate.apps.voice.pipeline import Stage
 
@@ -235,6 +236,9 @@ class TurnRules:
     audio_every_ms: float = 200.0  # score again after this much more silence (unless done)
     fade_s: float = 0.048  # the level down this long: score the audio (as the ASR decodes)
     pre_speech_s: float = 0.5  # audio kept from before the speech started (the model's habit)
+    # silence after which a covering partial is sent down as a TurnPauseFrame (the agent
+    # prepares its answer; it speaks only on the TurnEndFrame); None: never
+    prepare_ms: float | None = 0.0
     fused: dict[TextClass, tuple[float, float, float, float]] = field(
         default_factory=lambda: dict(_FUSED)
     )
@@ -300,6 +304,7 @@ class TurnStage(Stage):
         self._barged = False
         self.caller_speaking: float | None = None  # start of the caller's speech, if on now
         self.ended: list[TurnEndFrame] = []
+        self.paused: list[TurnPauseFrame] = []
 
     async def process_frame(self, frame: Frame, upstream: bool) -> None:
         if isinstance(frame, AgentStartedFrame | AgentStoppedFrame):
@@ -437,6 +442,7 @@ class TurnStage(Stage):
             return
         silence_ms = (self.now - self.quiet_since) * 1000.0
         covering = self.covering()
+        await self._pause(silence_ms, covering)
         c = cue(covering.text) if covering is not None else None
         p = None
         if covering is not None and self.p_end is not None:
@@ -453,6 +459,20 @@ class TurnStage(Stage):
         if silence_ms >= wait:
             finished = c == "clause" and wait < self.rules.clause_ms
             await self._end("complete" if finished else c or "timeout", p)
+
+    async def _pause(self, silence_ms: float, covering: TranscriptFrame | None) -> None:
+        """A short pause with words that cover it: the agent may prepare (once per words)."""
+        wait = self.rules.prepare_ms
+        if wait is None or silence_ms < wait or covering is None or not covering.text.strip():
+            return
+        last = self.paused[-1] if self.paused else None
+        if last is not None and (last.turn, last.text) == (self.turn, covering.text):
+            return
+        assert self.quiet_since is not None
+        ev = TurnPauseFrame(turn=self.turn, text=covering.text, lang=covering.lang,
+                            t=self.quiet_since)  # fmt: skip
+        self.paused.append(ev)
+        await self.push(ev)
 
     async def _barge_in(self, t: float) -> None:
         self._barged = True  # once per stretch of agent speech
