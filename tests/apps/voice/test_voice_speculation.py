@@ -66,7 +66,7 @@ def _said(down: list[Frame]) -> list[tuple[str, str]]:
 async def test_a_caller_who_goes_on_discards_the_prepared_answer_without_a_sound() -> None:
     synth = Synth()
     turns = TurnStage(TurnRules())
-    agent = AgentStage(Gate([]), Gate([]), prefetch=synth.prefetch)
+    agent = AgentStage(Gate([]), Gate([]), prefetch=synth.prefetch, speculate=True)
     down: list[Frame] = []
     async with Pipeline([turns, agent], sink=down.append) as p:
         # a clause and a short pause: far under the clause's wait, so no end
@@ -87,7 +87,7 @@ async def test_a_caller_who_goes_on_discards_the_prepared_answer_without_a_sound
 async def test_a_confident_end_speaks_the_prepared_answer_without_the_final_decode() -> None:
     synth = Synth()
     turns = TurnStage(TurnRules())
-    agent = AgentStage(Gate([]), Gate([]), prefetch=synth.prefetch)
+    agent = AgentStage(Gate([]), Gate([]), prefetch=synth.prefetch, speculate=True)
     down: list[Frame] = []
     ask = "请问我的话费余额还有多少？"
     async with Pipeline([turns, agent], sink=down.append) as p:
@@ -108,7 +108,7 @@ async def test_a_confident_end_speaks_the_prepared_answer_without_the_final_deco
 
 
 async def test_an_end_on_other_words_answers_from_the_final_transcript() -> None:
-    agent = AgentStage(Gate([]), Gate([]))
+    agent = AgentStage(Gate([]), Gate([]), speculate=True)
     down: list[Frame] = []
     async with Pipeline([agent], sink=down.append) as p:
         await p.put(TurnPauseFrame(turn=1, text="我想问一下，", lang="zh", t=1.0))
@@ -147,7 +147,7 @@ async def test_the_first_sound_and_the_prepared_answer_never_wait_on_the_cloud()
     ref: list[AgentStage] = []
     cloud = StuckCloud(ref)
     turns = TurnStage(TurnRules())
-    agent = AgentStage(Gate([]), Gate([]), cloud)
+    agent = AgentStage(Gate([]), Gate([]), cloud, speculate=True)
     ref.append(agent)
     down: list[Frame] = []
     ask = "我有两个问题，账单里的短信费是怎么回事，能不能开发票？"

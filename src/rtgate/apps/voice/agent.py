@@ -208,7 +208,7 @@ class AgentStage(Stage):
         judge: Judge | None = None,
         kb: KnowledgeBase | Literal["telecom"] | None = "telecom",
         phrase: bool = False,
-        speculate: bool = True,
+        speculate: bool = False,
     ) -> None:
         super().__init__()
         self.judge = judge

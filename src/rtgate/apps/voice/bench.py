@@ -446,7 +446,7 @@ async def _run(
     asr_step_s: float,
     audio_turns: bool,
     eval_dir: Path | None,
-    speculate: bool = True,
+    speculate: bool = False,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     cfg = VoiceConfig(
@@ -566,7 +566,7 @@ def run(
     asr_step_s: float | None = None,
     audio_turns: bool = False,
     eval_dir: Path | None = None,
-    speculate: bool = True,
+    speculate: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report. With
     ``eval_dir`` the held-out calls there (``calls`` 0: all of them)."""

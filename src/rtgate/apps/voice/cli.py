@@ -203,7 +203,7 @@ def bench_voice(
         False, help="fuse Smart Turn (the voice) into the turn's end (off by default)"
     ),
     speculate: bool = typer.Option(
-        True, help="prepare the answer at a pause, speak it on the end (off: the ablation)"
+        False, help="prepare the answer at a pause, speak it on the end (off by default)"
     ),
     which: str = typer.Option(
         "validation", "--set", help="validation (the packaged clips) or eval (held out)"
