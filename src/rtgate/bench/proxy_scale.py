@@ -142,7 +142,7 @@ def parse_wrk(out: str) -> dict[str, Any]:
         "requests": requests,
         "rps": float(rps[1]),
         # wrk's requests/s counts every answer; this counts the 2xx ones only
-        "ok_rps": round(float(rps[1]) * (requests - bad_n) / max(1, requests), 1),
+        "ok_rps": float(rps[1]) * (requests - bad_n) / max(1, requests),
         **pct,
         "non_2xx": bad_n,
         "socket_errors": sum(int(x) for x in sock.groups()) if sock else 0,
