@@ -105,8 +105,7 @@ class LoopWatch:
     def arrival(self, now: float) -> float:
         """The arrival to stamp for a request read at ``now``: the last tick when the loop
         is behind, else ``now``."""
-        late = now - self.last_tick
-        return self.last_tick if self._handle is not None and late > 2 * self.interval else now
+        return self.last_tick if self.behind_ms(now) else now
 
 
 WATCH = LoopWatch()

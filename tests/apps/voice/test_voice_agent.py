@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -36,6 +35,7 @@ from rtgate.apps.voice.session import VoiceCall, VoiceModels
 from rtgate.apps.voice.transport import RecordingOut
 from rtgate.apps.voice.turns import TurnRules, TurnStage
 from rtgate.gate import Gate
+from tests.apps.voice.voice_helpers import until
 
 session = pytest.mark.asyncio(loop_scope="session")
 
@@ -141,15 +141,6 @@ def test_history_keeps_everything_but_prompts_only_finished_answers() -> None:
     ]  # fmt: skip
 
 
-async def _until(cond: Callable[[], bool]) -> None:
-    """Let the pipeline's tasks run until ``cond`` holds (no wall-clock wait)."""
-    for _ in range(1000):
-        if cond():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never held")
-
-
 async def _end_turn(p: Pipeline, text: str) -> None:
     """Turn 1: speech, a covering partial, then silence until turn-taking ends it."""
     await p.put(SpeechStartFrame(t=0.0))
@@ -165,15 +156,15 @@ async def test_the_agent_keeps_the_floor_between_its_ack_and_its_answer() -> Non
     down: list[Frame] = []
     async with Pipeline([turns, agent], sink=down.append) as p:
         await _end_turn(p, "余额还有多少？")
-        await _until(lambda: any(isinstance(f, AgentTextFrame) for f in down))  # the ack
+        await until(lambda: any(isinstance(f, AgentTextFrame) for f in down))  # the ack
         # the output plays the ack, then falls silent while the answer is generated
         await agent.put(AgentStartedFrame(), upstream=True)
-        await _until(lambda: turns.agent_speaking)
+        await until(lambda: turns.agent_speaking)
         await agent.put(AgentStoppedFrame(), upstream=True)
         # the caller speaks in that gap: a barge-in, not a new turn to talk over
         await p.put(SpeechStartFrame(t=3.0))
-        await _until(lambda: any(isinstance(f, InterruptionFrame) for f in down))
-        await _until(lambda: not turns.agent_speaking)  # the held stop went up after it
+        await until(lambda: any(isinstance(f, InterruptionFrame) for f in down))
+        await until(lambda: not turns.agent_speaking)  # the held stop went up after it
         assert [f.t for f in down if isinstance(f, InterruptionFrame)] == [3.0]
         assert agent.interrupted == {1}
         await p.put(EndFrame())
@@ -185,14 +176,14 @@ async def test_once_the_reply_is_over_the_stop_goes_up_and_speech_is_a_new_turn(
     down: list[Frame] = []
     async with Pipeline([turns, agent], sink=down.append) as p:
         await _end_turn(p, "余额还有多少？")
-        await _until(lambda: any(isinstance(f, AgentTextFrame) for f in down))
+        await until(lambda: any(isinstance(f, AgentTextFrame) for f in down))
         await agent.put(AgentStartedFrame(), upstream=True)
-        await _until(lambda: turns.agent_speaking)
+        await until(lambda: turns.agent_speaking)
         await agent.put(AgentStoppedFrame(), upstream=True)  # held: the reply is not over
         assert turns.agent_speaking
         # the final transcript is empty: nothing to answer, the reply is over
         await agent.put(TranscriptFrame(turn=1, text="", lang="zh", until=2.0, final=True))
-        await _until(lambda: not turns.agent_speaking)
+        await until(lambda: not turns.agent_speaking)
         await p.put(SpeechStartFrame(t=3.0))
         await p.put(EndFrame())
         await p.wait()

@@ -5,7 +5,7 @@ evaluation of first answers on the shipped caller transcripts."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from rtgate.core.request import Piece, Request
 from rtgate.domains.knowledge import shipped
 from rtgate.gate import Gate
 from rtgate.tiers.fake import FakeTier
+from tests.apps.voice.voice_helpers import until
 
 
 class Cloud(FakeTier):
@@ -41,21 +42,13 @@ class Cloud(FakeTier):
             yield piece
 
 
-async def _until(cond: Callable[[], bool]) -> None:
-    for _ in range(2000):
-        if cond():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never held")
-
-
 async def _one_turn(text: str, lang: str, cloud: Cloud) -> tuple[AgentStage, list[Frame]]:
     down: list[Frame] = []
     async with Gate([cloud]) as deep:
         agent = AgentStage(Gate([]), Gate([]), deep)
         async with Pipeline([agent], sink=down.append) as p:
             await p.put(TranscriptFrame(turn=1, text=text, lang=lang, until=1.0, final=True))
-            await _until(lambda: agent._answer is not None and agent._answer.done())
+            await until(lambda: agent._answer is not None and agent._answer.done())
             if agent._deep is not None:
                 await asyncio.wait([agent._deep])
             await p.put(EndFrame())
@@ -160,7 +153,7 @@ async def _phrased(line: str) -> tuple[AgentStage, list[Frame]]:
         async with Pipeline([agent], sink=down.append) as p:
             await p.put(TranscriptFrame(turn=1, text="What time do your stores open?", lang="en",
                                         until=1.0, final=True))  # fmt: skip
-            await _until(lambda: agent._answer is not None and agent._answer.done())
+            await until(lambda: agent._answer is not None and agent._answer.done())
             await p.put(EndFrame())
             await p.wait()
     return agent, down

@@ -6,7 +6,7 @@ knowledge base, fed frames by hand."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import numpy as np
@@ -28,15 +28,7 @@ from rtgate.apps.voice.pipeline import Pipeline
 from rtgate.apps.voice.turns import TurnRules, TurnStage
 from rtgate.core.request import Request
 from rtgate.gate import Gate, GateEvent
-
-
-async def _until(cond: Callable[[], bool]) -> None:
-    """Let the pipeline's tasks run until ``cond`` holds (no wall-clock wait)."""
-    for _ in range(2000):
-        if cond():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never held")
+from tests.apps.voice.voice_helpers import until
 
 
 async def _speak_then_pause(p: Pipeline, text: str, frames: int, t0: float = 0.0) -> None:
@@ -71,12 +63,12 @@ async def test_a_caller_who_goes_on_discards_the_prepared_answer_without_a_sound
     async with Pipeline([turns, agent], sink=down.append) as p:
         # a clause and a short pause: far under the clause's wait, so no end
         await _speak_then_pause(p, "我这个月的话费，", frames=5)
-        await _until(lambda: agent.speculation["prepared"] == 1)
+        await until(lambda: agent.speculation["prepared"] == 1)
         assert agent._prepared is not None and agent._prepared.text == "我这个月的话费，"
-        await _until(lambda: bool(synth.made))  # its audio was being made
+        await until(lambda: bool(synth.made))  # its audio was being made
         assert not turns.ended and not _said(down)
         await p.put(SpeechStartFrame(t=2.2))  # the caller goes on
-        await _until(lambda: agent.speculation["discarded"] == 1)
+        await until(lambda: agent.speculation["discarded"] == 1)
         assert agent._prepared is None and not _said(down)  # prepared, never said
         await p.put(EndFrame())  # the call ends (an end of turn: an ack, no prepared answer)
         await p.wait()
@@ -92,7 +84,7 @@ async def test_a_confident_end_speaks_the_prepared_answer_without_the_final_deco
     ask = "请问我的话费余额还有多少？"
     async with Pipeline([turns, agent], sink=down.append) as p:
         await _speak_then_pause(p, ask, frames=10)  # a question: ends at 64 ms
-        await _until(lambda: any(k == "answer" for k, _ in _said(down)))
+        await until(lambda: any(k == "answer" for k, _ in _said(down)))
         assert turns.paused[0].text == ask and turns.ended[0].text == ask
         assert agent.speculation["used"] == 1
         kinds = [k for k, _ in _said(down)]
@@ -112,14 +104,14 @@ async def test_an_end_on_other_words_answers_from_the_final_transcript() -> None
     down: list[Frame] = []
     async with Pipeline([agent], sink=down.append) as p:
         await p.put(TurnPauseFrame(turn=1, text="我想问一下，", lang="zh", t=1.0))
-        await _until(lambda: agent.speculation["prepared"] == 1)
+        await until(lambda: agent.speculation["prepared"] == 1)
         end = TurnEndFrame(turn=1, text="我想问一下营业厅几点关门？", lang="zh", t=2.0,
                            decided_t=2.1, rule="question")  # fmt: skip
         await p.put(end)
-        await _until(lambda: agent.speculation["stale"] == 1)
+        await until(lambda: agent.speculation["stale"] == 1)
         assert not any(k == "answer" for k, _ in _said(down))  # waits for the final
         await p.put(TranscriptFrame(turn=1, text=end.text, lang="zh", until=2.0, final=True))
-        await _until(lambda: any(k == "answer" for k, _ in _said(down)))
+        await until(lambda: any(k == "answer" for k, _ in _said(down)))
         await p.put(EndFrame())
         await p.wait()
     assert agent.speculation["used"] == 0
@@ -153,9 +145,9 @@ async def test_the_first_sound_and_the_prepared_answer_never_wait_on_the_cloud()
     ask = "我有两个问题，账单里的短信费是怎么回事，能不能开发票？"
     async with Pipeline([turns, agent], sink=down.append) as p:
         await _speak_then_pause(p, ask, frames=10)
-        await _until(lambda: any(k == "answer" for k, _ in _said(down)))
+        await until(lambda: any(k == "answer" for k, _ in _said(down)))
         assert agent.replies[1].followup  # a multi-part ask: the big model is asked ...
-        await _until(lambda: bool(cloud.asked))
+        await until(lambda: bool(cloud.asked))
         assert cloud.asked[0][:1] == [_said(down)[0][1]]  # ... only after the ack was said
         assert not cloud.never.is_set()  # and it never answered: ack and answer went anyway
         await agent.cleanup()
