@@ -25,6 +25,7 @@ class FakeScope:
     holds each check until the test lets it through."""
 
     bar = 0.5
+    pause_bar = 0.5
 
     def __init__(self, gate: threading.Event | None = None) -> None:
         self.calls: list[str] = []
@@ -38,8 +39,8 @@ class FakeScope:
             self.gate.wait(5.0)
         return 0.9 if "weather" in text else 0.1
 
-    def vetoes(self, p: float) -> bool:
-        return p >= self.bar
+    def vetoes(self, p: float, *, pause: bool = False) -> bool:
+        return p >= (self.pause_bar if pause else self.bar)
 
 
 def _watch(scope: FakeScope, **kw: int) -> tuple[SemanticWatch, list[tuple[str, str, float]]]:
@@ -159,4 +160,23 @@ async def test_engine_starts_a_late_cloud_job_for_an_out_of_domain_ask(reader: R
             assert engine.gate.job(late[0][1]) is not None
         again = await engine.complete(prefix, session="t", on_late=lambda p, j: None)
         assert again.route == "cloud_async"  # read before: judged inline, at no cost
+        cloud.release.set()
+
+
+async def test_a_short_out_of_domain_ask_is_read_at_the_pause(reader: Reader) -> None:
+    cloud = GatedCloud()
+    engine = AutocompleteEngine.build(EngineConfig(), reader=reader, cloud=BackgroundOnly(cloud))
+    assert engine.watch is not None
+    scope = FakeScope()
+    engine.watch.scope = scope  # type: ignore[assignment]
+    late: list[str] = []
+    async with engine:
+        typing = await engine.complete("weather today", session="s", on_late=lambda p, j: None)
+        await engine.settle()
+        assert typing.job_id is None and scope.calls == []  # inside a word: not sent
+        paused = await engine.complete(
+            "weather today", session="s", on_late=lambda p, j: late.append(j), pause=True
+        )
+        await engine.settle()
+        assert paused.job_id is not None or late  # the judge, or the check after it
         cloud.release.set()
