@@ -38,8 +38,8 @@ async def test_only_prefixes_the_engine_may_delegate_are_kept(
     assert en[-1] == ask.text  # and the whole ask, once, at the pause
     cfg = EngineConfig(cloud_min_words=6)
     async with engine_with(reader, cloud=gated, config=cfg) as engine:
-        assert prefixes_of(ask, lex, 0, engine) == ["how do i pay my bill ",
-                                                    "how do i pay my bill on ", ask.text]  # fmt: skip
+        typing = ["how do i pay my bill ", "how do i pay my bill on "]
+        assert prefixes_of(ask, lex, 0, engine) == [*typing, ask.text]
         short = Ask("weather today", "en", "ood")
         assert prefixes_of(short, lex, 0, engine) == ["weather today"]
 

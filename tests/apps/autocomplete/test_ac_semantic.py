@@ -8,15 +8,17 @@ import threading
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from rtgate.apps.autocomplete.engine import AutocompleteEngine, EngineConfig
 from rtgate.apps.autocomplete.semantic import SemanticVeto, SemanticWatch
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
+from rtgate.core.errors import ConfigError
 from rtgate.core.request import Piece, Request
 from rtgate.models.embeddings import DIM
 from rtgate.tiers._linear import LinearHead
 from rtgate.tiers.answerability import Verdict
-from rtgate.tiers.semantic_scope import SemanticScope
+from rtgate.tiers.semantic_scope import Neighbours, SemanticScope
 from tests.apps.autocomplete.ac_helpers import GatedCloud
 
 
@@ -141,6 +143,40 @@ def test_a_scope_model_round_trips(tmp_path: object) -> None:
     back = SemanticScope.load(path, Emb())  # type: ignore[arg-type]
     assert back.bar == 0.7
     assert abs(back.out_of_scope("abc") - scope.out_of_scope("abc")) < 1e-12
+
+
+def test_neighbours_weigh_the_nearest_examples_and_round_trip(tmp_path: object) -> None:
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=(2, DIM))
+    # two clusters: in the domain around base[0], out of it around base[1]
+    vecs = np.vstack([base[i] + 0.3 * rng.normal(size=(20, DIM)) for i in (0, 1)])
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    near = Neighbours(vecs.astype(np.float32), np.array([False] * 20 + [True] * 20))
+    inside = base[0] / np.linalg.norm(base[0])
+    outside = base[1] / np.linalg.norm(base[1])
+    f_in, f_out = near.features(inside, 0.5), near.features(outside, 0.5)
+    assert f_in[1] == 0.0 and f_out[1] == 1.0 and f_in[2] < 0.0 < f_out[2]
+    with pytest.raises(ConfigError, match="not fitted"):
+        near.probability(inside, 0.5)
+    near.fit([f_in, f_out] * 5, [0, 1] * 5)
+    assert near.probability(inside, 0.5) < 0.5 < near.probability(outside, 0.5)
+    head = LinearHead(("multi", "ood", "simple"), np.zeros((DIM, 3)), np.zeros(3), 1.0)
+
+    class Emb:
+        def embed(self, text: str) -> npt.NDArray[np.float32]:
+            return (outside if "far" in text else inside).astype(np.float32)
+
+    scope = SemanticScope(head, Emb(), bar=0.9, pause_bar=0.6, neighbours=near)  # type: ignore[arg-type]
+    path = f"{tmp_path}/s.npz"
+    scope.save(path)
+    back = SemanticScope.load(path, Emb())  # type: ignore[arg-type]
+    assert back.neighbours is not None and back.pause_bar == 0.6 and back.bar == 0.9
+    for text in ("far away", "near"):  # int8 on disk: the same reading within a hair
+        assert abs(back.out_of_scope(text) - scope.out_of_scope(text)) < 0.02
+    p = back.out_of_scope("far away")
+    assert back.vetoes(p, pause=True) == (p >= 0.6) and back.vetoes(p) == (p >= 0.9)
+    with pytest.raises(ConfigError):
+        Neighbours(vecs[:10].astype(np.float32), np.zeros(10, dtype=bool))
 
 
 async def test_engine_starts_a_late_cloud_job_for_an_out_of_domain_ask(reader: Reader) -> None:

@@ -108,7 +108,7 @@ class EngineConfig:
     model: str = "gemma3-270m"
     cloud_min_units: int = 6
     cloud_min_words: int | None = 4
-    pause_min_units: int = 4
+    pause_min_units: int = 3
     pause_min_words: int = 2
     refine_queue: int = 32
     cloud_workers: int = 16
