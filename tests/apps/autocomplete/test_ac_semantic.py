@@ -164,7 +164,8 @@ def test_neighbours_weigh_the_nearest_examples_and_round_trip(tmp_path: object) 
 
     class Emb:
         def embed(self, text: str) -> npt.NDArray[np.float32]:
-            return (outside if "far" in text else inside).astype(np.float32)
+            out: npt.NDArray[np.float32] = (outside if "far" in text else inside).astype(np.float32)
+            return out
 
     scope = SemanticScope(head, Emb(), bar=0.9, pause_bar=0.6, neighbours=near)  # type: ignore[arg-type]
     path = f"{tmp_path}/s.npz"
