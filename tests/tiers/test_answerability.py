@@ -120,8 +120,20 @@ def test_a_judge_round_trips_through_its_file(tmp_path: Path) -> None:
     assert list(back.coef) == pytest.approx(coef) and back.intercept == -0.5
     assert back.threshold == 0.3 and back.meta == {"fitted_on": "x"} and back.scope_bars == {}
     judge.scope_bars = {"multi": 0.99, "ood": 0.98}
+    judge.pause_threshold = 0.4
     judge.save(path)
-    assert CalibratedJudge.load(path).scope_bars == {"multi": 0.99, "ood": 0.98}
+    back = CalibratedJudge.load(path)
+    assert back.scope_bars == {"multi": 0.99, "ood": 0.98} and back.pause_threshold == 0.4
+
+
+def test_the_whole_ask_at_a_pause_has_its_own_threshold() -> None:
+    judge = CalibratedJudge([0.0] * len(feature_names()), 0.0, 0.3, pause_threshold=0.6)
+    typing = judge.judge(Request("my bill"), None)  # p = 0.5 either way
+    paused = judge.judge(Request("my bill", meta={"pause": True}), None)
+    assert typing.answerable and typing.threshold == 0.3
+    assert not paused.answerable and paused.threshold == 0.6
+    plain = CalibratedJudge([0.0] * len(feature_names()), 0.0, 0.3)
+    assert plain.judge(Request("my bill", meta={"pause": True}), None).answerable
 
 
 @pytest.mark.parametrize(
@@ -144,9 +156,12 @@ def test_a_bad_judge_file_is_a_clear_error(tmp_path: Path, body: str) -> None:
         CalibratedJudge.load(path)
 
 
-def test_a_threshold_out_of_range_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "bad", [{"threshold": 1.5}, {"pause_threshold": -0.1}, {"pause_threshold": "high"}]
+)
+def test_a_threshold_out_of_range_is_refused(tmp_path: Path, bad: dict[str, object]) -> None:
     judge = CalibratedJudge([0.0] * len(feature_names()), 0.0, 0.5)
-    raw = judge.to_dict() | {"threshold": 1.5}
+    raw = judge.to_dict() | bad
     path = tmp_path / "judge.json"
     path.write_text(json.dumps(raw), encoding="utf-8")
     with pytest.raises(ConfigError, match="threshold"):
@@ -236,7 +251,8 @@ def _learned_from(*, scope: bool) -> set[str]:
 @pytest.mark.parametrize(
     ("name", "simple", "hard", "scope"),
     [("asks-eval.jsonl", 200, 60, False), ("asks-eval2.jsonl", 200, 60, True),
-     ("asks-val.jsonl", 80, 60, True), ("asks-eval3.jsonl", 150, 60, True)],
+     ("asks-val.jsonl", 80, 60, True), ("asks-eval3.jsonl", 150, 60, True),
+     ("asks-val2.jsonl", 100, 60, True)],
 )  # fmt: skip
 def test_the_shipped_ask_sets_are_well_formed_and_apart(
     name: str, simple: int, hard: int, scope: bool

@@ -152,6 +152,8 @@ class CalibratedJudge:
     ``p_right`` below which the gate delegates, chosen when the judge was fitted.
     ``scope_bars`` (``multi``, ``ood``): a scope probability at or above its bar vetoes
     the fast answer (:attr:`Verdict.vetoed`); chosen with the threshold, absent: no veto.
+    ``pause_threshold``: the threshold for a request whose ``meta["pause"]`` is true (the
+    whole ask, sent when the user stopped typing); ``threshold`` when unset.
     """
 
     coef: Sequence[float]
@@ -163,6 +165,7 @@ class CalibratedJudge:
     scope: IntentRanker | None = None  # classes simple / multi / ood
     meta: dict[str, Any] = field(default_factory=dict)
     scope_bars: dict[str, float] = field(default_factory=dict)
+    pause_threshold: float | None = None
 
     def __post_init__(self) -> None:
         if len(self.coef) != len(feature_names()):
@@ -201,7 +204,10 @@ class CalibratedJudge:
         for name, at in (("complex", 2), ("multi-part", 3), ("out-of-domain", 4)):
             if x[at] >= 0.5:
                 reasons.insert(0, f"reads as {name} (p={x[at]:.2f})")
-        return Verdict(p, self.threshold, tuple(reasons), self.vetoes(x))
+        bar = self.threshold
+        if request.meta.get("pause") and self.pause_threshold is not None:
+            bar = self.pause_threshold
+        return Verdict(p, bar, tuple(reasons), self.vetoes(x))
 
     def vetoes(self, x: Sequence[float]) -> bool:
         """Whether inputs ``x`` reach a scope bar (see the class docstring)."""
@@ -220,6 +226,8 @@ class CalibratedJudge:
         }
         if self.scope_bars:
             out["scope_bars"] = dict(self.scope_bars)
+        if self.pause_threshold is not None:
+            out["pause_threshold"] = self.pause_threshold
         out["meta"] = self.meta
         return out
 
@@ -252,8 +260,14 @@ class CalibratedJudge:
             intercept, threshold = float(raw["intercept"]), float(raw["threshold"])
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{path}: malformed judge: {e}") from e
-        if not 0.0 <= threshold <= 1.0:
-            raise ConfigError(f"{path}: threshold {threshold} is not in [0, 1]")
+        pause = raw.get("pause_threshold")
+        for name, value in (("threshold", threshold), ("pause_threshold", pause)):
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0.0 <= value <= 1.0
+            ):
+                raise ConfigError(f"{path}: {name} {value!r} is not in [0, 1]")
         bars = raw.get("scope_bars", {})
         if not isinstance(bars, dict) or any(
             k not in ("multi", "ood") or isinstance(v, bool) or not isinstance(v, int | float)
@@ -262,7 +276,8 @@ class CalibratedJudge:
             raise ConfigError(f"{path}: scope_bars must map multi / ood to numbers")
         meta: dict[str, Any] = raw["meta"] if isinstance(raw.get("meta"), dict) else {}
         return cls(coef, intercept, threshold, ranker, vocabulary, familiarity, scope, dict(meta),
-                   {k: float(v) for k, v in bars.items()})  # fmt: skip
+                   {k: float(v) for k, v in bars.items()},
+                   None if pause is None else float(pause))  # fmt: skip
 
 
 def fit_judge(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rtgate.apps.autocomplete.abstention import (
     Row,
+    ask_set,
     evaluate,
     fit,
     fit_generic,
@@ -33,11 +34,14 @@ async def test_only_prefixes_the_engine_may_delegate_are_kept(
         zh = prefixes_of(SIMPLE, lex, 0, engine)
         en = prefixes_of(ask, lex, 0, engine)
     assert zh and all(len(p) >= 6 for p in zh) and zh[-1] == SIMPLE.text
-    assert en[0] == "how do i pay " and en[-1] == "how do i pay my bill on "  # at spaces
+    assert en[0] == "how do i pay " and en[-2] == "how do i pay my bill on "  # at spaces
+    assert en[-1] == ask.text  # and the whole ask, once, at the pause
     cfg = EngineConfig(cloud_min_words=6)
     async with engine_with(reader, cloud=gated, config=cfg) as engine:
-        assert prefixes_of(ask, lex, 0, engine) == ["how do i pay my bill ",
-                                                    "how do i pay my bill on "]  # fmt: skip
+        typing = ["how do i pay my bill ", "how do i pay my bill on "]
+        assert prefixes_of(ask, lex, 0, engine) == [*typing, ask.text]
+        short = Ask("weather today", "en", "ood")
+        assert prefixes_of(short, lex, 0, engine) == ["weather today"]
 
 
 def test_the_threshold_keeps_simple_asks_fast_first() -> None:
@@ -77,6 +81,7 @@ async def test_evaluate_counts_per_ask(reader: Reader, gated: BackgroundOnly) ->
     assert report["all"]["complex_delegated"] == 1.0
     assert report["simple_prefixes"] > 0 and 0.0 <= report["simple_top3"] <= 1.0
     assert report["over_budget"] >= 0 and report["calibration"]["n"] > 0
+    assert report["pauses"]["n"] >= 1  # the simple ask, judged whole when typing stopped
 
 
 def _asks_file(tmp_path: Path) -> Path:
@@ -125,3 +130,8 @@ def test_an_unknown_ask_set_is_a_clear_error() -> None:
 
     result = CliRunner().invoke(app, ["bench", "abstention", "--sets", "nope"])
     assert result.exit_code == 2 and "unknown ask set" in result.output
+
+
+def test_an_ask_set_may_be_a_file(tmp_path: Path) -> None:
+    path = _asks_file(tmp_path)
+    assert ask_set(str(path)) == path and ask_set("val2").name == "asks-val2.jsonl"

@@ -56,6 +56,8 @@ def test_bench_reports_the_article_table(tmp_path: Path) -> None:
     late = r["gate"]["late_cloud_jobs"]  # cloud jobs the semantic check started after
     assert r["gate"]["cloud_share_with_late"] >= r["gate"]["share"]["cloud_async"]
     assert late == r["meta"]["engine"]["semantic"]["late_jobs"]
+    pauses = r["gate"]["pauses"]  # sessions whose typing stopped, judged whole once more
+    assert 0 < pauses["n"] and 0 <= pauses["cloud_async"] <= pauses["n"]
     assert r["n"] == 120 and abs(sum(r["gate"]["share"].values()) - 1.0) < 1e-3
     assert r["baseline_all_cloud"]["p50_ms"] > r["gate"]["p99_ms"]
     assert plot.stat().st_size > 1000

@@ -92,6 +92,22 @@ async def test_english_mid_word_is_not_sent_to_the_cloud(
     assert end.route == "cloud_async" and end.job_id is not None
 
 
+async def test_at_a_pause_the_whole_ask_may_reach_the_cloud_even_short(
+    reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
+) -> None:
+    ask = "if I only pay the minimum this month and the full balance"  # ends inside a word
+    async with engine_with(reader, cloud=gated) as engine:
+        assert not engine.may_delegate("weather today")  # two words, inside the second
+        assert engine.may_delegate("weather today", pause=True)
+        assert not engine.may_delegate("weather", pause=True)  # one word: too little
+        assert engine.may_delegate("明天天气", pause=True)
+        assert not engine.may_delegate("天气", pause=True)
+        typing = await engine.complete(ask)
+        paused = await engine.complete(ask, pause=True)
+    assert typing.job_id is None
+    assert paused.route == "cloud_async" and paused.job_id is not None
+
+
 class FixedScorer:
     """Prefers the last candidate it is shown; ``hang`` never answers (an event waits)."""
 

@@ -53,6 +53,7 @@ async def test_cloud_answer_has_a_job_that_can_be_polled(client: httpx.AsyncClie
         (b'{"prefix": "abc", "budget_ms": "fast"}', 400, "invalid_budget"),
         (('{"prefix": "' + "x" * 300 + '"}').encode(), 400, "invalid_request"),
         (b'{"prefix": "' + b"x" * 5000 + b'"}', 413, "body_too_large"),
+        (b'{"prefix": "ok", "pause": 1}', 400, "invalid_request"),
     ],
 )
 async def test_bad_input_is_a_clear_json_error(

@@ -8,15 +8,17 @@ import threading
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from rtgate.apps.autocomplete.engine import AutocompleteEngine, EngineConfig
 from rtgate.apps.autocomplete.semantic import SemanticVeto, SemanticWatch
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
+from rtgate.core.errors import ConfigError
 from rtgate.core.request import Piece, Request
 from rtgate.models.embeddings import DIM
 from rtgate.tiers._linear import LinearHead
 from rtgate.tiers.answerability import Verdict
-from rtgate.tiers.semantic_scope import SemanticScope
+from rtgate.tiers.semantic_scope import Neighbours, SemanticScope
 from tests.apps.autocomplete.ac_helpers import GatedCloud
 
 
@@ -25,6 +27,7 @@ class FakeScope:
     holds each check until the test lets it through."""
 
     bar = 0.5
+    pause_bar = 0.5
 
     def __init__(self, gate: threading.Event | None = None) -> None:
         self.calls: list[str] = []
@@ -38,8 +41,8 @@ class FakeScope:
             self.gate.wait(5.0)
         return 0.9 if "weather" in text else 0.1
 
-    def vetoes(self, p: float) -> bool:
-        return p >= self.bar
+    def vetoes(self, p: float, *, pause: bool = False) -> bool:
+        return p >= (self.pause_bar if pause else self.bar)
 
 
 def _watch(scope: FakeScope, **kw: int) -> tuple[SemanticWatch, list[tuple[str, str, float]]]:
@@ -142,6 +145,41 @@ def test_a_scope_model_round_trips(tmp_path: object) -> None:
     assert abs(back.out_of_scope("abc") - scope.out_of_scope("abc")) < 1e-12
 
 
+def test_neighbours_weigh_the_nearest_examples_and_round_trip(tmp_path: object) -> None:
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=(2, DIM))
+    # two clusters: in the domain around base[0], out of it around base[1]
+    vecs = np.vstack([base[i] + 0.3 * rng.normal(size=(20, DIM)) for i in (0, 1)])
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    near = Neighbours(vecs.astype(np.float32), np.array([False] * 20 + [True] * 20))
+    inside = base[0] / np.linalg.norm(base[0])
+    outside = base[1] / np.linalg.norm(base[1])
+    f_in, f_out = near.features(inside, 0.5), near.features(outside, 0.5)
+    assert f_in[1] == 0.0 and f_out[1] == 1.0 and f_in[2] < 0.0 < f_out[2]
+    with pytest.raises(ConfigError, match="not fitted"):
+        near.probability(inside, 0.5)
+    near.fit([f_in, f_out] * 5, [0, 1] * 5)
+    assert near.probability(inside, 0.5) < 0.5 < near.probability(outside, 0.5)
+    head = LinearHead(("multi", "ood", "simple"), np.zeros((DIM, 3)), np.zeros(3), 1.0)
+
+    class Emb:
+        def embed(self, text: str) -> npt.NDArray[np.float32]:
+            out: npt.NDArray[np.float32] = (outside if "far" in text else inside).astype(np.float32)
+            return out
+
+    scope = SemanticScope(head, Emb(), bar=0.9, pause_bar=0.6, neighbours=near)  # type: ignore[arg-type]
+    path = f"{tmp_path}/s.npz"
+    scope.save(path)
+    back = SemanticScope.load(path, Emb())  # type: ignore[arg-type]
+    assert back.neighbours is not None and back.pause_bar == 0.6 and back.bar == 0.9
+    for text in ("far away", "near"):  # int8 on disk: the same reading within a hair
+        assert abs(back.out_of_scope(text) - scope.out_of_scope(text)) < 0.02
+    p = back.out_of_scope("far away")
+    assert back.vetoes(p, pause=True) == (p >= 0.6) and back.vetoes(p) == (p >= 0.9)
+    with pytest.raises(ConfigError):
+        Neighbours(vecs[:10].astype(np.float32), np.zeros(10, dtype=bool))
+
+
 async def test_engine_starts_a_late_cloud_job_for_an_out_of_domain_ask(reader: Reader) -> None:
     cloud = GatedCloud()
     cfg = EngineConfig(semantic=True)
@@ -159,4 +197,23 @@ async def test_engine_starts_a_late_cloud_job_for_an_out_of_domain_ask(reader: R
             assert engine.gate.job(late[0][1]) is not None
         again = await engine.complete(prefix, session="t", on_late=lambda p, j: None)
         assert again.route == "cloud_async"  # read before: judged inline, at no cost
+        cloud.release.set()
+
+
+async def test_a_short_out_of_domain_ask_is_read_at_the_pause(reader: Reader) -> None:
+    cloud = GatedCloud()
+    engine = AutocompleteEngine.build(EngineConfig(), reader=reader, cloud=BackgroundOnly(cloud))
+    assert engine.watch is not None
+    scope = FakeScope()
+    engine.watch.scope = scope  # type: ignore[assignment]
+    late: list[str] = []
+    async with engine:
+        typing = await engine.complete("weather today", session="s", on_late=lambda p, j: None)
+        await engine.settle()
+        assert typing.job_id is None and scope.calls == []  # inside a word: not sent
+        paused = await engine.complete(
+            "weather today", session="s", on_late=lambda p, j: late.append(j), pause=True
+        )
+        await engine.settle()
+        assert paused.job_id is not None or late  # the judge, or the check after it
         cloud.release.set()

@@ -27,6 +27,7 @@ BAD = (
     json.dumps({"seq": "x", "prefix": "a"}),
     json.dumps({"seq": 1, "prefix": 5}),
     json.dumps({"seq": 1, "prefix": "x" * 300}),
+    json.dumps({"seq": 1, "prefix": "ok", "pause": "yes"}),
 )
 
 
@@ -63,8 +64,11 @@ class FakeSocket:
             self.arrived.clear()
             await self.arrived.wait()
 
-    def put(self, seq: int, prefix: str) -> None:
-        self.inbox.put_nowait(json.dumps({"seq": seq, "prefix": prefix}))
+    def put(self, seq: int, prefix: str, pause: bool = False) -> None:
+        msg: dict[str, Any] = {"seq": seq, "prefix": prefix}
+        if pause:
+            msg["pause"] = True
+        self.inbox.put_nowait(json.dumps(msg))
 
 
 async def test_newer_prefix_cancels_the_older_cloud_job_and_only_the_latest_is_pushed(
@@ -112,6 +116,29 @@ async def test_late_cloud_answer_is_dropped_when_the_user_typed_on(
         sock.inbox.put_nowait(None)
         await runner
     assert [m["type"] for m in sock.sent] == ["suggestions"] * 3
+
+
+async def test_a_pause_is_answered_unless_the_cloud_already_has_the_text(
+    reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
+) -> None:
+    ask = "if I only pay the minimum this month and the full balance"
+    async with engine_with(reader, cloud=gated) as engine:
+        sock = FakeSocket()
+        runner = asyncio.create_task(_Session(sock, engine).run())  # type: ignore[arg-type]
+        sock.put(1, ask)
+        typing = await sock.next("suggestions", 1)
+        assert "job_id" not in typing  # inside a word: not sent to the cloud
+        sock.put(2, ask, pause=True)
+        paused = await sock.next("suggestions", 2)
+        assert paused["route"] == "cloud_async" and paused["job_id"]
+        sock.put(3, ask, pause=True)  # the same text again: the cloud already has it
+        sock.put(4, "我想把")
+        await sock.next("suggestions", 4)
+        assert (await engine.gate.wait_job(paused["job_id"])).status == "cancelled"
+        cloud.release.set()
+        sock.inbox.put_nowait(None)
+        await runner
+    assert not [m for m in sock.sent if m.get("seq") == 3]
 
 
 async def test_bad_messages_get_an_error_and_the_session_goes_on(

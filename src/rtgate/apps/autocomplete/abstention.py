@@ -3,9 +3,10 @@ alone (``rtgate intents judge``, ``rtgate bench abstention``).
 
 Asks (:func:`~rtgate.domains.loader.load_asks`: ``simple``, ``multi``, ``ood``) are typed
 the way the replay types them (:func:`~rtgate.apps.autocomplete.sessions.typed`: IME
-commits for Chinese, keystrokes for English). Only a prefix the engine may send to the
-cloud counts for routing (long enough and at a word boundary:
-:meth:`~rtgate.apps.autocomplete.engine.AutocompleteEngine.may_delegate`).
+commits for Chinese, keystrokes for English), then the typist pauses: the whole ask is
+sent once more as a pause (``complete(…, pause=True)``). Only a prefix the engine may
+send to the cloud counts for routing (long enough and at a word boundary, or the whole
+ask at the pause: :meth:`~rtgate.apps.autocomplete.engine.AutocompleteEngine.may_delegate`).
 
 - **Rows** (fitting, calibration): each such prefix a fast tier answered. Its label is 1
   when the fast answer was right: a simple ask whose intent is among the first three
@@ -34,8 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rtgate.apps.autocomplete.bench import pct
-from rtgate.apps.autocomplete.engine import AutocompleteEngine, EngineConfig
+from rtgate.apps.autocomplete.engine import AutocompleteEngine, EngineConfig, may_delegate
 from rtgate.apps.autocomplete.pool import units
 from rtgate.apps.autocomplete.sessions import lexicon, typed
 from rtgate.core.errors import InvalidRequest
@@ -48,6 +51,7 @@ from rtgate.domains.loader import (
     load_classifier,
     load_corpus,
     load_scope,
+    semantic_scope_examples,
     vocabulary,
 )
 from rtgate.tiers.answerability import (
@@ -58,14 +62,19 @@ from rtgate.tiers.answerability import (
     reliability,
 )
 from rtgate.tiers.classifier import IntentClassifier
+from rtgate.tiers.semantic_scope import Neighbours, SemanticScope
+from rtgate.tiers.textnorm import normalize
 
 __all__ = [
     "ASK_SETS",
     "Row",
+    "ask_set",
     "collect",
     "evaluate",
     "fit",
     "fit_generic",
+    "fit_neighbours",
+    "pick_pause_threshold",
     "pick_threshold",
     "prefixes_of",
     "run_sets",
@@ -74,6 +83,7 @@ __all__ = [
 ASK_SETS = {
     "tune": DATA_DIR / "asks-tune.jsonl",  # the judge is fitted on these
     "val": DATA_DIR / "asks-val.jsonl",  # written with the tuning asks, never fitted on
+    "val2": DATA_DIR / "asks-val2.jsonl",  # short and near-domain asks, validation only
     "eval": DATA_DIR / "asks-eval.jsonl",  # held out
     "eval2": DATA_DIR / "asks-eval2.jsonl",  # held out, written blind, measured once
     "eval3": DATA_DIR / "asks-eval3.jsonl",  # held out, written blind, measured once
@@ -83,6 +93,8 @@ Bars = tuple[float, float]
 _OFF = math.inf  # a scope bar nothing reaches
 # the scope bars tried when fitting (a probability at or above one vetoes a fast answer)
 BAR_GRID = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, _OFF)
+# the semantic check's bars tried by :func:`fit_neighbours`
+SCOPE_BAR_GRID = tuple(k / 100.0 for k in range(30, 100))
 _LATE = 0.6  # share of a complex ask after which its prefix is labelled "not answerable"
 
 
@@ -97,13 +109,18 @@ class Row:
     x: list[float] | None  # the judge's inputs, when a fast tier answered
     label: int | None  # 1: the fast answer was right; None: not labelled
     delegated_anyway: bool  # nothing fast answered and a cloud job started
+    pause: bool = False  # the whole ask, delegable only because the typist paused
 
 
 def prefixes_of(ask: Ask, lex: frozenset[str], seed: int, engine: AutocompleteEngine) -> list[str]:
-    """The prefixes of ``ask`` the engine may delegate, typed as the replay types them."""
+    """The prefixes of ``ask`` the engine may delegate, typed as the replay types them,
+    and the whole ask at the typist's pause (once)."""
     rng = random.Random(f"{seed}:{ask.text}")
     keys = [k.prefix for k in typed(ask.text, lex, rng)]
-    return [p for p in keys if engine.may_delegate(p)]
+    out = [p for p in keys if engine.may_delegate(p)]
+    if keys and keys[-1] not in out and engine.may_delegate(keys[-1], pause=True):
+        out.append(keys[-1])
+    return out
 
 
 def _label(ask: Ask, prefix: str) -> int | None:
@@ -124,26 +141,33 @@ async def collect(
             res = await engine.gate.answer(Request(input=prefix, delegate=True), 150.0)
             if res.job_id is not None:
                 engine.cancel(res.job_id)
+            pause = not engine.may_delegate(prefix)
             if res.route in FAST and res.pieces:
                 x, _ = judge.features(prefix, res.pieces[0])
                 rows.append(Row(n, prefix, ask.kind, ask.lang, x, _label(ask, prefix),
-                                False))  # fmt: skip
+                                False, pause))  # fmt: skip
             else:
                 rows.append(Row(n, prefix, ask.kind, ask.lang, None, None,
-                                res.job_id is not None))  # fmt: skip
+                                res.job_id is not None, pause))  # fmt: skip
     return rows
 
 
 def _per_ask(
-    rows: Sequence[Row], p: dict[int, float], threshold: float, bars: Bars = (_OFF, _OFF)
+    rows: Sequence[Row],
+    p: dict[int, float],
+    threshold: float,
+    bars: Bars = (_OFF, _OFF),
+    pause_threshold: float | None = None,
 ) -> dict[int, bool]:
-    """Whether each ask started a cloud job at ``threshold`` and scope ``bars`` (multi,
-    ood; ``p`` by row index)."""
+    """Whether each ask started a cloud job at ``threshold`` (``pause_threshold`` for a
+    row at the pause, ``threshold`` when unset) and scope ``bars`` (multi, ood; ``p`` by
+    row index)."""
     out: dict[int, bool] = {}
     for i, r in enumerate(rows):
         went = r.delegated_anyway
         if not went and i in p and r.x is not None:
-            went = p[i] < threshold or r.x[3] >= bars[0] or r.x[4] >= bars[1]
+            t = pause_threshold if r.pause and pause_threshold is not None else threshold
+            went = p[i] < t or r.x[3] >= bars[0] or r.x[4] >= bars[1]
         out[r.ask] = out.get(r.ask, False) or went
     return out
 
@@ -188,6 +212,30 @@ def pick_threshold(
         t = 0.01
         return t, _shares(asks, _per_ask(rows, p, t)), (_OFF, _OFF)
     return best[1], best[2], best[3]
+
+
+def pick_pause_threshold(
+    rows: Sequence[Row],
+    asks: Sequence[Ask],
+    p: dict[int, float],
+    threshold: float,
+    bars: Bars,
+    *,
+    min_fast: float = 0.96,
+) -> tuple[float, dict[str, float]]:
+    """With ``threshold`` and ``bars`` chosen, the threshold for the whole ask at the pause
+    (from ``threshold`` up) delegating the most complex asks with ``min_fast`` of the
+    simple ones kept fast; on a tie the lower. One reading an ask, where typing gives
+    several: a simple ask risks less at the pause, so its bar may be higher."""
+    best = (_shares(asks, _per_ask(rows, p, threshold, bars)), threshold)
+    for k in range(round(threshold * 100) + 1, 95):
+        t = k / 100.0
+        shares = _shares(asks, _per_ask(rows, p, threshold, bars, t))
+        if shares["simple_fast"] >= min_fast and (
+            shares["complex_delegated"] > best[0]["complex_delegated"]
+        ):
+            best = (shares, t)
+    return best[1], best[0]
 
 
 def _out_of_fold(
@@ -246,6 +294,7 @@ def fit(
     rows = asyncio.run(gather())
     oof = _folds(rows)
     threshold, shares, bars = pick_threshold(rows, asks, oof, bar_grid=BAR_GRID)
+    pause_threshold, shares = pick_pause_threshold(rows, asks, oof, threshold, bars)
     scope_bars = {k: v for k, v in zip(("multi", "ood"), bars, strict=True) if v != _OFF}
     labelled = [i for i in oof if rows[i].label is not None]
     coef, b = fit_judge([rows[i].x or [] for i in labelled], [rows[i].label or 0 for i in labelled])
@@ -257,6 +306,7 @@ def fit(
         "n_rows": len(rows),
         "n_labelled": len(labelled),
         "threshold": threshold,
+        "pause_threshold": pause_threshold,
         "scope_bars": scope_bars,
         "out_of_fold": {
             **{k: round(v, 4) for k, v in shares.items()},
@@ -266,20 +316,27 @@ def fit(
     }
     meta = {"fitted_on": asks_path.name, "seed": seed, **report}
     judge = CalibratedJudge(coef, b, threshold, probe.ranker, probe.vocabulary,
-                            probe.familiarity, probe.scope, meta, scope_bars)  # fmt: skip
+                            probe.familiarity, probe.scope, meta, scope_bars,
+                            pause_threshold)  # fmt: skip
     return judge, report
 
 
 async def evaluate(
-    engine: AutocompleteEngine, asks: Sequence[Ask], *, seed: int = 0, budget_ms: float = 150.0
+    engine: AutocompleteEngine,
+    asks: Sequence[Ask],
+    *,
+    seed: int = 0,
+    budget_ms: float = 150.0,
+    per_ask: bool = False,
 ) -> dict[str, Any]:
-    """The goals on ``asks`` through ``engine.complete`` (the path a user's box takes)."""
+    """The goals on ``asks`` through ``engine.complete`` (the path a user's box takes);
+    ``per_ask``: also each ask's outcome (``asks``: text, kind, lang, delegated)."""
     lex = lexicon(e.text for e in load_corpus())
     judge = engine.gate.judge
     went: dict[int, bool] = {}
     probs: list[float] = []
     ys: list[int] = []
-    hits = n_top = over = 0
+    hits = n_top = over = pauses = paused_jobs = 0
     lat: list[float] = []
     late: list[str] = []  # cloud jobs the semantic check started after a fast answer
     for i, ask in enumerate(asks):
@@ -317,6 +374,25 @@ async def evaluate(
                 if label is not None:
                     probs.append(float(conf))
                     ys.append(label)
+        if keys and not jobs:  # the typist stops: the whole ask is judged once more
+            res = await engine.complete(
+                keys[-1], budget_ms, session=f"ask-{i}", on_late=lambda _p, j: late.append(j),
+                pause=True,
+            )  # fmt: skip
+            lat.append(res.elapsed_ms)
+            over += res.elapsed_ms > budget_ms
+            await engine.settle()
+            conf = res.trace.get("confidence")
+            if judge is not None and conf is not None and engine.may_delegate(keys[-1], pause=True):
+                label = _label(ask, keys[-1])
+                if label is not None:
+                    probs.append(float(conf))
+                    ys.append(label)
+            jobs.extend([*late, *([res.job_id] if res.job_id is not None else [])])
+            late.clear()
+            pauses += 1
+            paused_jobs += bool(jobs)
+            went[i] = bool(jobs)
         for job in jobs:
             engine.cancel(job)
         engine.forget(f"ask-{i}")
@@ -332,6 +408,10 @@ async def evaluate(
         out[lang] = block
     out["simple_top3"] = round(hits / max(1, n_top), 4)
     out["simple_prefixes"] = n_top
+    out["pauses"] = {"n": pauses, "delegated": paused_jobs}
+    if per_ask:
+        out["asks"] = [{"text": a.text, "kind": a.kind, "lang": a.lang,
+                        "delegated": went.get(k, False)} for k, a in enumerate(asks)]  # fmt: skip
     out["over_budget"] = over
     out["p99_ms"] = round(pct(lat, 99), 3)
     snap = engine.snapshot()["semantic"]
@@ -353,23 +433,35 @@ def run_sets(
     seed: int = 0,
     judge: bool = True,
     semantic: bool = True,
+    per_ask: bool = False,
 ) -> dict[str, Any]:
-    """:func:`evaluate` on each named ask set (``tune``, ``eval``), one fresh engine each
-    (``judge=False``: the engine without its judge, for comparison)."""
+    """:func:`evaluate` on each ask set (a name such as ``tune`` or ``eval``, or a file:
+    :func:`ask_set`), one fresh engine each (``judge=False``: the engine without its
+    judge, for comparison)."""
     import asyncio
 
-    unknown = [n for n in names if n not in ASK_SETS]
-    if unknown:
-        raise InvalidRequest(f"unknown ask set {unknown[0]!r}; one of {', '.join(ASK_SETS)}")
+    paths = {name: ask_set(name) for name in names}
 
     async def one(path: Path) -> dict[str, Any]:
         cfg = EngineConfig(seed=seed, judge=judge, semantic=semantic)
         async with AutocompleteEngine.build(cfg) as engine:
-            report = await evaluate(engine, load_asks(path), seed=seed, budget_ms=budget_ms)
+            asks = load_asks(path)
+            report = await evaluate(engine, asks, seed=seed, budget_ms=budget_ms, per_ask=per_ask)
             report["judge"] = None if engine.gate.judge is None else engine.gate.judge.threshold
             return report
 
-    return {name: asyncio.run(one(ASK_SETS[name])) for name in names}
+    return {name: asyncio.run(one(path)) for name, path in paths.items()}
+
+
+def ask_set(name: str) -> Path:
+    """The file of the ask set ``name`` (one of :data:`ASK_SETS`), or ``name`` itself as a
+    path to a JSON Lines file of asks; ``InvalidRequest`` when it is neither."""
+    if name in ASK_SETS:
+        return ASK_SETS[name]
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    raise InvalidRequest(f"unknown ask set {name!r}: one of {', '.join(ASK_SETS)}, or a file")
 
 
 def fit_generic(
@@ -400,3 +492,72 @@ def fit_generic(
     meta = {"fitted_on": asks_path.name, "signals_only": True, **report}
     judge = CalibratedJudge(coef, b, round(threshold, 4), meta=meta)
     return judge, report
+
+
+def fit_neighbours(
+    scope: SemanticScope,
+    asks_path: Path = ASK_SETS["tune"],
+    *,
+    keep: float = 0.985,
+    seed: int = 0,
+    batch: int = 64,
+) -> dict[str, Any]:
+    """Give ``scope`` its nearest-neighbour reading (:class:`Neighbours` over the examples
+    its head learned from), fit the combiner on the prefixes of ``asks_path`` the engine
+    may delegate (typed, and whole at the pause; a complex ask's from 60% of it on), and
+    set its bars: the lowest on :data:`SCOPE_BAR_GRID` with ``keep`` of the simple asks'
+    typed prefixes all below ``bar``, and ``keep`` of their whole asks below ``pause_bar``.
+    Returns the shares on those asks (in sample: the combiner has four weights)."""
+    emb = scope.embedder
+    examples, _ = semantic_scope_examples()
+    seen: dict[str, bool] = {}
+    for e in examples:
+        key = normalize(e.text)
+        seen[key] = seen.get(key, False) or e.intent == "ood"
+    texts = sorted(seen)
+    vectors = np.concatenate([emb.embed_many(texts[k : k + batch])
+                              for k in range(0, len(texts), batch)])  # fmt: skip
+    near = Neighbours(vectors, np.asarray([seen[t] for t in texts]))
+    cfg = EngineConfig(seed=seed)
+    lex = lexicon(e.text for e in load_corpus())
+    asks = load_asks(asks_path)
+    rows: list[tuple[int, str, bool]] = []  # ask, prefix, at the pause
+    for n, ask in enumerate(asks):
+        keys = [k.prefix for k in typed(ask.text, lex, random.Random(f"{seed}:{ask.text}"))]
+        rows += [(n, p, False) for p in keys if may_delegate(p, cfg)]
+        if keys and may_delegate(keys[-1], cfg, pause=True):
+            rows.append((n, keys[-1], True))
+    x: list[list[float]] = []
+    for k in range(0, len(rows), batch):
+        part = rows[k : k + batch]
+        vs = emb.embed_many([normalize(p) for _, p, _ in part])
+        x += [near.features(v, scope.head_out_of_scope(v)) for v in vs]
+    fit_on = [i for i, (n, p, _) in enumerate(rows) if _label(asks[n], p) is not None]
+    near.fit([x[i] for i in fit_on], [1 - (_label(asks[rows[i][0]], rows[i][1]) or 0)
+                                      for i in fit_on])  # fmt: skip
+    scope.neighbours = near
+    p_out = [near.probability_of(f) for f in x]
+    typing: dict[int, float] = {}
+    whole: dict[int, float] = {}
+    for (n, _, pause), p in zip(rows, p_out, strict=True):
+        if pause:
+            whole[n] = p
+        else:
+            typing[n] = max(p, typing.get(n, 0.0))
+    simple = [n for n, a in enumerate(asks) if a.kind == "simple"]
+
+    def lowest(read: dict[int, float]) -> float:
+        for bar in SCOPE_BAR_GRID:
+            if sum(read.get(n, 0.0) < bar for n in simple) >= keep * len(simple):
+                return bar
+        return 1.0
+
+    scope.bar, scope.pause_bar = lowest(typing), lowest(whole)
+    went = {n: typing.get(n, 0.0) >= scope.bar or whole.get(n, 0.0) >= scope.pause_bar
+            for n in range(len(asks))}  # fmt: skip
+    report = {"asks": asks_path.name, "n_examples": len(texts), "n_rows": len(rows),
+              "bar": scope.bar, "pause_bar": scope.pause_bar,
+              "weights": dict(zip(Neighbours.names(), near.coef.round(4).tolist(), strict=True)),
+              "in_sample": {k: round(v, 4) for k, v in _shares(asks, went).items()}}  # fmt: skip
+    scope.meta["neighbours"] = report
+    return report

@@ -2,8 +2,12 @@
 
 Typing sessions (:mod:`.sessions`) are replayed in real time by ``concurrency`` typists:
 each request waits for its answer, then the typist pauses as a person would; a newer
-prefix cancels the session's older cloud job (what the WebSocket does). Latency is the
-wall time around :meth:`AutocompleteEngine.complete`, measured by the caller.
+prefix cancels the session's older cloud job (what the WebSocket does). When a session's
+typing stops, the client says so: the whole ask is sent once more as a *pause*
+(``complete(…, pause=True)``), unless its last prefix already has a cloud job. Latency is
+the wall time around :meth:`AutocompleteEngine.complete`, measured by the caller; the
+pauses are counted apart from the keystrokes (``pauses``), and their cloud jobs count
+toward ``cloud_share_with_late``.
 
 - **baseline_all_cloud**: every request waits for the first answer of the cloud tier
   (the ``CLOUD_70B`` profile, a named emulation), as if the box called the 70B directly.
@@ -60,8 +64,10 @@ async def replay(
     budget_ms: float = 150.0,
     concurrency: int = 64,
     time_scale: float = 1.0,
+    pauses: list[str] | None = None,
 ) -> tuple[list[float], list[str]]:
-    """Type every session through ``engine``; latencies (ms) and routes, in finish order."""
+    """Type every session through ``engine``; the keystrokes' latencies (ms) and routes,
+    in finish order (each pause's route is appended to ``pauses``)."""
     lat: list[float] = []
     routes: list[str] = []
 
@@ -85,6 +91,14 @@ async def replay(
                     engine.cancel(job)  # a newer prefix: nobody waits for the old one
                 job = res.job_id or job
                 await asyncio.sleep(key.gap_ms * time_scale / 1000.0)
+            if session.keys and job is None:  # typing stopped: the whole ask, once more
+                last = session.keys[-1].prefix
+                res = await engine.complete(
+                    last, budget_ms, session=sid, on_late=lambda _p, _j: None, pause=True
+                )
+                if pauses is not None:
+                    pauses.append(res.route)
+                continue  # its late job may still start: the engine forgets it in time
             engine.forget(sid)
 
     await asyncio.gather(*(typist(k) for k in range(concurrency)))
@@ -172,7 +186,9 @@ async def _gate_run(
         gc.collect()
         gc.freeze()
         todo = sessions(queries, n, seed=cfg.seed)
-        lat, routes = await replay(engine, todo, budget_ms=budget_ms, **kw)
+        paused: list[str] = []
+        lat, routes = await replay(engine, todo, budget_ms=budget_ms, pauses=paused, **kw)
+        await engine.settle()
         jobs = Counter(job.status for j in engine.gate.job_ids() if (job := engine.gate.job(j)))
         block = _block(lat, routes, budget_ms)
         snap = engine.snapshot()
@@ -184,13 +200,14 @@ async def _gate_run(
         "labels": snap["labels"],
         "semantic": snap["semantic"],
     }
+    block["pauses"] = {"n": len(paused), "cloud_async": paused.count("cloud_async")}
     sem = snap["semantic"]
-    if sem is not None:  # cloud jobs started after a fast answer count toward the cloud
-        block["late_cloud_jobs"] = sem["late_jobs"]
-        block["cloud_share_with_late"] = round(
-            (block["share"]["cloud_async"] * len(routes) + sem["late_jobs"]) / max(1, len(routes)),
-            4,
-        )
+    late = sem["late_jobs"] if sem is not None else 0
+    if sem is not None:
+        block["late_cloud_jobs"] = late
+    # cloud jobs started after a fast answer, or at a pause, count toward the cloud
+    jobs = block["share"]["cloud_async"] * len(routes) + late + paused.count("cloud_async")
+    block["cloud_share_with_late"] = round(jobs / max(1, len(routes)), 4)
     return block, lat, engine, extra
 
 

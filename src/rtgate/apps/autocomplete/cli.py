@@ -108,7 +108,15 @@ def bench_autocomplete(
 
 @bench_app.command("abstention")
 def bench_abstention(
-    sets: str = typer.Option("tune,eval", "--sets", help="ask sets: tune, val, eval, eval2, eval3"),
+    sets: str | None = typer.Option(
+        None,
+        "--sets",
+        help="ask sets, comma-separated: tune, val, val2, eval, eval2, eval3, or paths "
+        "(default: tune,eval, or none with --asks)",
+    ),
+    asks: list[Path] = typer.Option(
+        [], "--asks", help="a JSON Lines file of asks to measure too (repeatable)"
+    ),
     json_file: Path | None = typer.Option(None, "--json", help="write the report here"),
     budget_ms: float = typer.Option(150.0, "--budget-ms", min=5.0),
     judge: bool = typer.Option(True, help="--no-judge: the engine without its judge"),
@@ -118,12 +126,13 @@ def bench_abstention(
     """Multi-part / out-of-domain asks sent to the big model, simple asks kept fast, top-3
     intent and calibration, per ask set (typed as the replay types them)."""
     from rtgate.apps.autocomplete.abstention import run_sets
-    from rtgate.core.errors import InvalidRequest
+    from rtgate.core.errors import ConfigError, InvalidRequest
 
-    names = [s.strip() for s in sets.split(",") if s.strip()]
+    chosen = sets if sets is not None else ("" if asks else "tune,eval")
+    names = [s.strip() for s in chosen.split(",") if s.strip()] + [str(p) for p in asks]
     try:
         report = run_sets(names, budget_ms=budget_ms, judge=judge, semantic=semantic)
-    except InvalidRequest as e:
+    except (InvalidRequest, ConfigError) as e:
         console.print(f"[red]invalid request:[/red] {e}")
         raise typer.Exit(2) from e
     for name, r in report.items():

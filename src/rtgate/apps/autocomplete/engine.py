@@ -83,6 +83,7 @@ __all__ = [
     "build_reader",
     "check_budget",
     "check_prefix",
+    "may_delegate",
 ]
 
 Mode = Literal["emulated", "real"]
@@ -98,13 +99,17 @@ class EngineConfig:
     (characters for Chinese; ``cloud_min_words`` words for English, ``cloud_min_units``
     when unset); nor does an English prefix that ends inside a word (:func:`at_boundary`).
     Four English words, so that a short out-of-domain ask ("what's the weather like
-    tomorrow") can reach the big model: the judge decides which of them do."""
+    tomorrow") can reach the big model: the judge decides which of them do. When the
+    user pauses (or submits), the whole text may reach it from ``pause_min_units``
+    characters / ``pause_min_words`` words, wherever it ends (``complete(…, pause=True)``)."""
 
     mode: Mode = "emulated"
     templates: bool = True
     model: str = "gemma3-270m"
     cloud_min_units: int = 6
     cloud_min_words: int | None = 4
+    pause_min_units: int = 3
+    pause_min_words: int = 2
     refine_queue: int = 32
     cloud_workers: int = 16
     cloud_queue: int = 128
@@ -165,6 +170,18 @@ def at_boundary(text: str) -> bool:
     """Worth a cloud call: Chinese arrives in IME commits (whole words); English only once
     a word is finished (a space or punctuation), not on every keystroke inside it."""
     return lang_of(text) == "zh" or not text[-1:].isalnum()
+
+
+def may_delegate(text: str, cfg: EngineConfig, *, pause: bool = False) -> bool:
+    """Whether ``text`` is worth a cloud call at all: long enough, at a word's end; or,
+    at a ``pause`` (the whole ask), ``pause_min_units`` / ``pause_min_words`` of it."""
+    en = lang_of(text) == "en"
+    if pause:
+        return units(text) >= (cfg.pause_min_words if en else cfg.pause_min_units)
+    least = cfg.cloud_min_units
+    if en and cfg.cloud_min_words is not None:
+        least = cfg.cloud_min_words
+    return units(text) >= least and at_boundary(text)
 
 
 def check_budget(budget_ms: Any) -> float:
@@ -320,23 +337,27 @@ class AutocompleteEngine:
         *,
         session: str | None = None,
         on_late: Callable[[str, str], None] | None = None,
+        pause: bool = False,
     ) -> CompleteResult:
         """Suggestions for ``prefix`` within ``budget_ms``; ``InvalidRequest`` on bad input.
 
         With ``session`` and ``on_late``, a fast answer may be followed by a cloud job
         the semantic check starts later: ``on_late(prefix, job_id)`` (see the module
-        docstring); a newer prefix of the session makes an older one's check moot."""
+        docstring); a newer prefix of the session makes an older one's check moot.
+        ``pause``: the user stopped typing (or submitted), so ``prefix`` is the whole ask:
+        it is judged, and may be delegated, even when short or inside a word
+        (:meth:`may_delegate`)."""
         text = check_prefix(prefix)
         budget = check_budget(budget_ms)
         t0 = time.perf_counter()
         if not text.strip():
             return CompleteResult(text, [], "silent", (time.perf_counter() - t0) * 1000.0)
-        delegate = self.may_delegate(text)
-        meta: dict[str, Any] = {}
+        delegate = self.may_delegate(text, pause=pause)
+        meta: dict[str, Any] = {"pause": True} if pause else {}
         watch = self.watch
         if watch is not None and delegate:
             seen = watch.cached(text)  # read before: judged now, at no cost
-            if seen is not None and watch.scope.vetoes(seen):
+            if seen is not None and watch.scope.vetoes(seen, pause=pause):
                 meta["semantic_out"] = seen
         res = await self.gate.answer(Request(input=text, delegate=delegate, meta=meta), budget)
         if watch is not None and session is not None and on_late is not None:
@@ -345,7 +366,7 @@ class AutocompleteEngine:
             while len(self._on_late) > 4 * self.config.semantic_sessions:
                 self._on_late.popitem(last=False)
             if delegate and res.job_id is None and res.route in ("template", "cache", "local"):
-                watch.submit(session, text)
+                watch.submit(session, text, pause=pause)
             else:
                 watch.seen(session, text)
         data = res.data[0] if res.data else {}
@@ -367,13 +388,9 @@ class AutocompleteEngine:
         trace = res.trace.to_dict()
         return CompleteResult(text, candidates, route, elapsed, res.job_id, trace, partial)
 
-    def may_delegate(self, text: str) -> bool:
-        """Whether ``text`` is worth a cloud call at all: long enough, at a word's end."""
-        cfg = self.config
-        least = cfg.cloud_min_units
-        if lang_of(text) == "en" and cfg.cloud_min_words is not None:
-            least = cfg.cloud_min_words
-        return units(text) >= least and at_boundary(text)
+    def may_delegate(self, text: str, *, pause: bool = False) -> bool:
+        """Whether ``text`` is worth a cloud call at all (:func:`may_delegate`)."""
+        return may_delegate(text, self.config, pause=pause)
 
     async def followup(self, job_id: str) -> CompleteResult:
         """The cloud's suggestions for a ``cloud_async`` answer (waits for the job).

@@ -174,6 +174,39 @@ def scope_e5_cmd(
     typer.echo(f"wrote {semantic_scope_path()} ({len(examples)} rows, bar {bar})")
 
 
+@app.command("scope-nn")
+def scope_nn_cmd(
+    asks: Annotated[Path, typer.Option(help="the tuning asks (JSON Lines)")] = DATA_DIR
+    / "asks-tune.jsonl",
+    keep: Annotated[
+        float, typer.Option(help="share of the simple asks each bar keeps on the fast path")
+    ] = 0.985,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+) -> None:
+    """Give scope-e5.npz its nearest-neighbour reading (the examples its head learned from,
+    ~2-4 min of embedding), fit how it weighs them with the head on ASKS, pick the bars
+    (typing and pause), and write it back. Run after ``scope-e5``, which drops it."""
+    from rtgate.apps.autocomplete.abstention import fit_neighbours
+    from rtgate.domains.loader import load_semantic_scope, semantic_scope_path
+    from rtgate.models.embeddings import Embedder
+
+    scope = load_semantic_scope(embedder=Embedder(cache_size=0))
+    if scope is None:
+        raise typer.BadParameter(f"no {semantic_scope_path()}: run rtgate intents scope-e5")
+    scope.neighbours = None
+    report = fit_neighbours(scope, asks, keep=keep)
+    scope.save(semantic_scope_path())
+    s = report["in_sample"]
+    typer.echo(
+        f"wrote {semantic_scope_path()}: {report['n_examples']} neighbours, bar "
+        f"{report['bar']:.2f}, pause bar {report['pause_bar']:.2f}; on {report['asks']} "
+        f"(semantic check alone, in sample): complex {s['complex_delegated']:.1%}, simple "
+        f"kept fast {s['simple_fast']:.1%}"
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
 def _kind(kind: str) -> ModelKind:
     if kind == "ngram":
         return "ngram"

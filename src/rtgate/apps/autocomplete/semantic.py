@@ -10,6 +10,7 @@ the watch calls back, and the engine starts the cloud job the judge would have s
 Bounds: one worker; at most ``max_sessions`` sessions waiting, each with only its newest
 prefix (a newer prefix of a session replaces the one waiting; one already being
 embedded is finished and cached, and its result is dropped if the session moved on).
+A prefix submitted at a pause (the whole ask) is held to the scope's ``pause_bar``.
 When full, a new session's prefix is dropped and counted (``dropped``): it was answered
 by the fast tiers all the same. Results are cached per text (LRU of ``cache_size``), and
 the engine also consults the cache inline, so a prefix seen before is judged at once.
@@ -74,7 +75,8 @@ class SemanticWatch:
         self.on_out_of_scope = on_out_of_scope
         self.max_sessions = max_sessions
         self.cache_size = cache_size
-        self._waiting: OrderedDict[str, str] = OrderedDict()  # session -> newest prefix
+        # session -> its newest prefix, and whether it came at a pause
+        self._waiting: OrderedDict[str, tuple[str, bool]] = OrderedDict()
         self._latest: OrderedDict[str, str] = OrderedDict()  # session -> newest submitted
         self._seen: OrderedDict[str, float] = OrderedDict()
         self._wake = asyncio.Event()
@@ -112,16 +114,17 @@ class SemanticWatch:
         while len(self._latest) > 4 * self.max_sessions:
             self._latest.popitem(last=False)
 
-    def submit(self, session: str, prefix: str) -> bool:
-        """Queue ``prefix`` (non-blocking); False when dropped because the watch is full."""
+    def submit(self, session: str, prefix: str, *, pause: bool = False) -> bool:
+        """Queue ``prefix`` (non-blocking; ``pause``: the whole ask, when typing stopped);
+        False when dropped because the watch is full."""
         self.seen(session, prefix)
         if session in self._waiting:
-            self._waiting[session] = prefix  # the newest prefix of a session wins
+            self._waiting[session] = (prefix, pause)  # the newest prefix of a session wins
         elif len(self._waiting) >= self.max_sessions:
             self.dropped += 1
             return False
         else:
-            self._waiting[session] = prefix
+            self._waiting[session] = (prefix, pause)
         self._idle.clear()
         self._wake.set()
         return True
@@ -138,7 +141,7 @@ class SemanticWatch:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            session, prefix = self._waiting.popitem(last=False)
+            session, (prefix, pause) = self._waiting.popitem(last=False)
             p = self.cached(prefix)
             if p is None:
                 t0 = loop.time()
@@ -149,7 +152,7 @@ class SemanticWatch:
                 self.busy_s += loop.time() - t0
                 self.checked += 1
                 self._remember(prefix, p)
-            if self.scope.vetoes(p) and self._latest.get(session) == prefix:
+            if self.scope.vetoes(p, pause=pause) and self._latest.get(session) == prefix:
                 self.vetoed += 1
                 try:
                     await self.on_out_of_scope(session, prefix, p)

@@ -3,11 +3,14 @@
 ``router`` (a FastAPI ``APIRouter`` with its own lifespan, which builds and closes the
 engine) serves:
 
-- ``POST /v1/complete`` ``{"prefix", "budget_ms": 150}`` → ``{"candidates", "route",
-  "elapsed_ms", "partial", "job_id"?, "trace"}`` (``partial``: fast suggestions shown
-  while the cloud works on a multi-part ask); bad input is a 400 JSON error.
+- ``POST /v1/complete`` ``{"prefix", "budget_ms": 150, "pause": false}`` → ``{"candidates",
+  "route", "elapsed_ms", "partial", "job_id"?, "trace"}`` (``partial``: fast suggestions
+  shown while the cloud works on a multi-part ask; ``pause``: the user stopped typing or
+  submitted, the prefix is the whole ask); bad input is a 400 JSON error.
 - ``GET /v1/complete/jobs/{job_id}``: the cloud's suggestions once they are ready.
-- ``WS /v1/complete/ws``: ``{"seq", "prefix", "budget_ms"?}`` in; replies carry ``seq``
+- ``WS /v1/complete/ws``: ``{"seq", "prefix", "budget_ms"?, "pause"?}`` in (the page sends
+  the box's text with ``"pause": true`` when typing stops; ignored when that text already
+  has a cloud job); replies carry ``seq``
   (``{"type": "suggestions", ...}``). A newer prefix cancels the older cloud job; a late
   cloud answer (``{"type": "followup", ...}``) is pushed only if its prefix is still the
   latest one received. A prefix answered fast that the semantic check reads as
@@ -75,8 +78,11 @@ async def _complete(request: Request) -> Response:
     if not isinstance(data, dict) or "prefix" not in data:
         return _error(400, "invalid_request", 'expected {"prefix": str, "budget_ms": number}')
     engine: AutocompleteEngine = request.app.state.autocomplete
+    pause = data.get("pause", False)
+    if not isinstance(pause, bool):
+        return _error(400, "invalid_request", "pause must be true or false")
     try:
-        res = await engine.complete(data["prefix"], data.get("budget_ms", 150.0))
+        res = await engine.complete(data["prefix"], data.get("budget_ms", 150.0), pause=pause)
     except InvalidRequest as e:
         return _error(400, e.code, str(e))
     return JSONResponse(res.to_dict())
@@ -204,6 +210,9 @@ class _Session:
                 raise InvalidRequest("seq must be an integer")
             prefix = check_prefix(msg.get("prefix"))
             budget = check_budget(msg.get("budget_ms", 150.0))
+            pause = msg.get("pause", False)
+            if not isinstance(pause, bool):
+                raise InvalidRequest("pause must be true or false")
         except RecursionError:
             await self.send({"type": "error", "seq": None, **_invalid("JSON nested too deeply")})
             return
@@ -213,16 +222,20 @@ class _Session:
         if seq <= self.latest:
             await self.send({"type": "stale", "seq": seq})
             return
+        if pause and prefix == self.latest_prefix and self.job is not None:
+            return  # the cloud already works on this very text
         self.latest = seq
         self.latest_prefix = prefix
         # a newer prefix: the older work, inline or in the cloud, is no longer wanted
         if self.inline is not None:
             self.inline.cancel()
         self.drop_job()
-        self.inline = asyncio.create_task(self.answer(seq, prefix, budget))
+        self.inline = asyncio.create_task(self.answer(seq, prefix, budget, pause))
 
-    async def answer(self, seq: int, prefix: str, budget: float) -> None:
-        res = await self.engine.complete(prefix, budget, session=self.id, on_late=self.late)
+    async def answer(self, seq: int, prefix: str, budget: float, pause: bool = False) -> None:
+        res = await self.engine.complete(
+            prefix, budget, session=self.id, on_late=self.late, pause=pause
+        )
         if seq != self.latest:
             return  # a newer prefix arrived meanwhile: this answer is stale
         await self.send({"type": "suggestions", "seq": seq, "prefix": prefix, **res.to_dict()})

@@ -1,5 +1,7 @@
 // As-you-type suggestions over a WebSocket: every input change sends {seq, prefix};
 // only the answer to the latest seq is shown; a late cloud answer replaces a placeholder.
+// When typing stops (PAUSE_MS without a key, or Enter) the whole text is sent once more
+// with pause: true, so that a short ask may still reach the big model.
 (function () {
   "use strict";
   var input = document.getElementById("q");
@@ -8,6 +10,7 @@
   var log = document.querySelector("#log tbody");
   var budget = Number(document.getElementById("budget").textContent) || 150;
   var seq = 0, latest = 0, socket = null, queued = null;
+  var PAUSE_MS = 800, idle = null, cloudPending = false;
 
   function connect() {
     var proto = location.protocol === "https:" ? "wss:" : "ws:";
@@ -20,9 +23,12 @@
     socket.onmessage = function (ev) { onMessage(JSON.parse(ev.data)); };
   }
 
-  function send(prefix) {
+  function send(prefix, pause) {
     seq += 1; latest = seq;
-    var msg = JSON.stringify({ seq: seq, prefix: prefix, budget_ms: budget });
+    if (!pause) cloudPending = false;
+    var body = { seq: seq, prefix: prefix, budget_ms: budget };
+    if (pause) body.pause = true;
+    var msg = JSON.stringify(body);
     if (socket && socket.readyState === WebSocket.OPEN) socket.send(msg); else queued = msg;
   }
 
@@ -57,7 +63,9 @@
   function onMessage(m) {
     if (m.type === "error") { status.textContent = "error: " + m.error.message; return; }
     if (m.seq !== latest) return; // an answer to an older prefix
+    if (m.type === "late") { cloudPending = true; return; }
     if (m.type === "suggestions") {
+      if (m.route === "cloud_async") cloudPending = true;
       row(m, m.route);
       // silent: nothing new to say; keep what is shown unless the box is empty
       if (m.route !== "silent" || !input.value.trim()) show(m.candidates, m.route, m.elapsed_ms);
@@ -67,6 +75,16 @@
     }
   }
 
-  input.addEventListener("input", function () { send(input.value); });
+  function paused() {
+    clearTimeout(idle); idle = null;
+    // the server already works on this text in the cloud: nothing to add
+    if (input.value.trim() && !cloudPending) send(input.value, true);
+  }
+
+  input.addEventListener("input", function () {
+    send(input.value);
+    clearTimeout(idle); idle = setTimeout(paused, PAUSE_MS);
+  });
+  input.addEventListener("keydown", function (ev) { if (ev.key === "Enter") paused(); });
   connect();
 })();
