@@ -87,6 +87,7 @@ ASK_SETS = {
     "eval": DATA_DIR / "asks-eval.jsonl",  # held out
     "eval2": DATA_DIR / "asks-eval2.jsonl",  # held out, written blind, measured once
     "eval3": DATA_DIR / "asks-eval3.jsonl",  # held out, written blind, measured once
+    "eval4": DATA_DIR / "asks-eval4.jsonl",  # held out, written blind (session 9)
 }
 FAST = ("template", "cache", "local")
 Bars = tuple[float, float]

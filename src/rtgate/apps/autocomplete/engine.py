@@ -118,6 +118,8 @@ class EngineConfig:
     judge: bool = True  # the domain's judge decides whether a fast answer can stand alone
     semantic: bool = True  # with the judge: the semantic scope check, in the background
     semantic_sessions: int = 64  # sessions whose prefix may wait for it (then: dropped)
+    # a fast answer the judge trusts at least this much stands against the semantic check
+    semantic_overrule: float | None = None
     semantic_threads: int = 1  # the embedding engine's threads (one core left to the loop)
 
 
@@ -277,7 +279,7 @@ class AutocompleteEngine:
         if cfg.semantic and judge is not None:  # the check is a part of the judge's veto
             scope = load_semantic_scope(embedder=Embedder(threads=cfg.semantic_threads))
             if scope is not None:
-                judge = SemanticVeto(judge, scope)
+                judge = SemanticVeto(judge, scope, overrule=cfg.semantic_overrule)
         gate = Gate(
             tiers,
             config=GateConfig(placeholder="", followup_budget_ms=10_000.0),

@@ -36,11 +36,18 @@ OnOutOfScope = Callable[[str, str, float], Awaitable[None]]
 class SemanticVeto:
     """A judge that wraps the domain's (``inner``, or none) and vetoes a fast answer whose
     request carries ``meta["semantic_out"]``: the semantic check read the prefix as
-    multi-part or out-of-domain (the engine only sets it when ``scope`` vetoes)."""
+    multi-part or out-of-domain (the engine only sets it when ``scope`` vetoes).
 
-    def __init__(self, inner: Judge | None, scope: SemanticScope) -> None:
+    ``overrule``: a fast answer the inner judge trusts at least this much (``p_right``)
+    stands against the semantic check: a short in-domain ask ("pay bill") may sit near
+    out-of-domain examples in the embedding while its intent is plain to the classifier."""
+
+    def __init__(
+        self, inner: Judge | None, scope: SemanticScope, *, overrule: float | None = None
+    ) -> None:
         self.inner = inner
         self.scope = scope
+        self.overrule = overrule
         self.threshold = inner.threshold if inner is not None else 0.0
 
     def judge(self, request: Request, piece: Piece | None) -> Verdict:
@@ -48,6 +55,9 @@ class SemanticVeto:
         p_out = request.meta.get("semantic_out")
         if p_out is None:
             return v
+        if self.overrule is not None and not v.vetoed and v.p_right >= self.overrule:
+            why = (*v.reasons, f"semantic scope {float(p_out):.2f} overruled")
+            return Verdict(v.p_right, v.threshold, why)
         why = (*v.reasons, f"semantic scope {float(p_out):.2f}")
         return Verdict(v.p_right, v.threshold, why, vetoed=True)
 
