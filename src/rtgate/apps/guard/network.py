@@ -57,6 +57,7 @@ class DetectorNet(nn.Module):
 
     mean: torch.Tensor
     std: torch.Tensor
+    rel_std: torch.Tensor
 
     def __init__(
         self,
