@@ -481,6 +481,14 @@ def train(
         int | None,
         typer.Option(help="also this many clips of the randomised physics (held-out families)"),
     ] = None,
+    generic: Annotated[
+        int | None,
+        typer.Option(help="also this many training motors with generic nuisances mixed in"),
+    ] = None,
+    relative: Annotated[
+        bool,
+        typer.Option(help="features relative to each station's running baseline as well"),
+    ] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
 ) -> None:
     """Train the detector (reproducible), export ONNX, evaluate on unseen motors.
@@ -498,6 +506,8 @@ def train(
         epochs=cfg.epochs if epochs is None else epochs,
         data_dir=str(data) if data is not None else None,
         wide_clips=cfg.wide_clips if wide is None else wide,
+        generic_clips=cfg.generic_clips if generic is None else generic,
+        relative=relative,
     )
     try:
         report = do_train(cfg, out, log=lambda s: console.print(s))

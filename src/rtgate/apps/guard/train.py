@@ -64,6 +64,10 @@ class TrainConfig:
     data_dir: str | None = None
     wide_clips: int = 0  # clips of the randomised physics (simulate.py's "wide" families)
     held_out_clips: int = 120  # validation clips of the held-out families (with wide_clips)
+    generic_clips: int = 0  # training motors with generic nuisances mixed in (generic.py)
+    nuisance_weight: float = 3.0  # loss weight of their healthy windows
+    relative: bool = False  # features relative to the stream's running baseline as well
+    alpha: float = 1 / 250  # the running baseline's rate (with relative)
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
@@ -86,11 +90,25 @@ def _simulated(cfg: TrainConfig) -> _Data:
         clips += make_set(
             cfg.wide_clips, "wide", seed=cfg.seed, seconds=cfg.seconds, severity_db=cfg.severity_db
         )
-    for clip in clips:
+    nuisance = [False] * len(clips)
+    if cfg.generic_clips:  # hard negatives: generic periodic, tonal and impulsive sounds
+        from rtgate.apps.guard.generic import add_nuisances
+
+        rng = np.random.default_rng([cfg.seed, 18])
+        more = make_set(
+            cfg.generic_clips,
+            "train",
+            seed=cfg.seed + 100,
+            seconds=cfg.seconds,
+            severity_db=cfg.severity_db,
+        )
+        clips += [add_nuisances(c, rng)[0] for c in more]
+        nuisance += [True] * len(more)
+    for clip, noisy in zip(clips, nuisance, strict=True):
         data.x.append(wf.frames(clip.audio))
         y = clip.labels().astype(np.float32)
         data.y.append(y)
-        w = np.ones_like(y)
+        w = np.where(noisy & (y < 0.5), cfg.nuisance_weight, 1.0).astype(np.float32)
         if clip.onset_s is not None:  # the first windows after the onset decide the delay
             first = int(np.argmax(y > 0))
             w[first : first + cfg.onset_windows] = cfg.onset_weight
@@ -175,7 +193,7 @@ def export_onnx(net: Any, path: Path, info: dict[str, Any]) -> None:
     from rtgate.apps.guard.network import StepWrapper
 
     step = StepWrapper(net).eval()
-    args = (torch.zeros(1, net.k, N_FEATURES), torch.zeros(1, net.hidden))
+    args = (torch.zeros(1, net.k, N_FEATURES), torch.zeros(1, net.state_size))
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -193,7 +211,7 @@ def export_onnx(net: Any, path: Path, info: dict[str, Any]) -> None:
     a, b = calibration()
     calibrate(proto, a, b)
     info = {**info, "calibration": {"a": a, "b": b, "raw_to_score": OPERATING_POINTS}}
-    meta = {"k": str(net.k), "hidden": str(net.hidden), "n_features": str(N_FEATURES)}
+    meta = {"k": str(net.k), "hidden": str(net.state_size), "n_features": str(N_FEATURES)}
     meta["info"] = json.dumps(info, sort_keys=True)
     for key, value in meta.items():
         entry = proto.metadata_props.add()
@@ -206,16 +224,22 @@ def _fit(cfg: TrainConfig, data: _Data, log: Any) -> Any:
     import torch
     from torch import nn
 
-    from rtgate.apps.guard.network import DetectorNet
+    from rtgate.apps.guard.network import DetectorNet, running_baseline
 
     torch.manual_seed(cfg.seed)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(cfg.threads)
     rng = np.random.default_rng(cfg.seed)
-    net = DetectorNet(k=cfg.k, hidden=cfg.hidden, c1=cfg.c1, c2=cfg.c2)
+    net = DetectorNet(
+        k=cfg.k, hidden=cfg.hidden, c1=cfg.c1, c2=cfg.c2, relative=cfg.relative, alpha=cfg.alpha
+    )
     allx = np.concatenate(data.x)
     net.mean.copy_(torch.from_numpy(allx.mean(0)))
     net.std.copy_(torch.from_numpy(allx.std(0) + 1e-3))
+    base = [running_baseline(x, cfg.alpha) for x in data.x] if cfg.relative else []
+    if base:
+        rel = np.concatenate([x - b for x, b in zip(data.x, base, strict=True)])
+        net.rel_std.copy_(torch.from_numpy(rel.std(0) + 1e-3))
     t_len = min(len(x) for x in data.x)
     chunk = max(1, int(cfg.chunk_s * 50))
     n_chunks = -(-t_len // chunk)
@@ -230,7 +254,13 @@ def _fit(cfg: TrainConfig, data: _Data, log: Any) -> Any:
         for b in range(0, len(order), cfg.batch):
             sel = order[b : b + cfg.batch]
             x = np.stack([data.x[i][:t_len] for i in sel])
-            x[:, :, :N_MELS] += rng.uniform(-2.3, 2.3, (len(sel), 1, 1)).astype(np.float32)
+            gain = rng.uniform(-2.3, 2.3, (len(sel), 1, 1)).astype(np.float32)
+            x[:, :, :N_MELS] += gain
+            bt = None
+            if base:  # the baseline moves with the gain (a constant offset of the log-mel)
+                bx = np.stack([base[i][:t_len] for i in sel])
+                bx[:, :, :N_MELS] += gain
+                bt = torch.from_numpy(bx)
             y = torch.from_numpy(np.stack([data.y[i][:t_len] for i in sel]))
             w = torch.from_numpy(np.stack([data.w[i][:t_len] for i in sel]))
             xt = torch.from_numpy(x)
@@ -241,7 +271,7 @@ def _fit(cfg: TrainConfig, data: _Data, log: Any) -> Any:
             h = torch.zeros(len(sel), net.hidden)
             for c in range(0, t_len, chunk):
                 part = slice(c, c + chunk)
-                logits, h = net(stacks[:, part], h.detach())
+                logits, h = net(stacks[:, part], h.detach(), None if bt is None else bt[:, part])
                 loss = (bce(logits, y[:, part]) * w[:, part]).sum() / w[:, part].sum()
                 opt.zero_grad()
                 loss.backward()
