@@ -128,6 +128,26 @@ def test_the_veto_keeps_the_inner_judges_probability() -> None:
     assert v.reasons[-1] == "semantic scope 0.90"
 
 
+def test_a_fast_answer_trusted_enough_overrules_the_semantic_check() -> None:
+    class Inner:
+        threshold = 0.4
+
+        def __init__(self, p: float, vetoed: bool = False) -> None:
+            self.p, self.vetoed = p, vetoed
+
+        def judge(self, request: Request, piece: Piece | None) -> Verdict:
+            return Verdict(self.p, 0.4, ("x",), vetoed=self.vetoed)
+
+    out = Request(input="pay bill", meta={"semantic_out": 0.95})
+    sure = SemanticVeto(Inner(0.99), FakeScope(), overrule=0.97)  # type: ignore[arg-type]
+    v = sure.judge(out, None)
+    assert v.answerable and v.reasons[-1] == "semantic scope 0.95 overruled"
+    # below the bar, or already vetoed by the inner judge: the veto stands
+    for inner in (Inner(0.96), Inner(0.99, vetoed=True)):
+        v = SemanticVeto(inner, FakeScope(), overrule=0.97).judge(out, None)  # type: ignore[arg-type]
+        assert v.vetoed and not v.answerable
+
+
 def test_a_scope_model_round_trips(tmp_path: object) -> None:
     rng = np.random.default_rng(0)
     head = LinearHead(("multi", "ood", "simple"), rng.normal(size=(DIM, 3)), np.zeros(3), 1.0)

@@ -119,7 +119,7 @@ class EngineConfig:
     semantic: bool = True  # with the judge: the semantic scope check, in the background
     semantic_sessions: int = 64  # sessions whose prefix may wait for it (then: dropped)
     # a fast answer the judge trusts at least this much stands against the semantic check
-    semantic_overrule: float | None = None
+    semantic_overrule: float | None = 0.99
     semantic_threads: int = 1  # the embedding engine's threads (one core left to the loop)
 
 
