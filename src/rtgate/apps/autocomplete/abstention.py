@@ -84,6 +84,7 @@ ASK_SETS = {
     "tune": DATA_DIR / "asks-tune.jsonl",  # the judge is fitted on these
     "val": DATA_DIR / "asks-val.jsonl",  # written with the tuning asks, never fitted on
     "val2": DATA_DIR / "asks-val2.jsonl",  # short and near-domain asks, validation only
+    "val3": DATA_DIR / "asks-val3.jsonl",  # written blind, validation (semantic_overrule)
     "eval": DATA_DIR / "asks-eval.jsonl",  # held out
     "eval2": DATA_DIR / "asks-eval2.jsonl",  # held out, written blind, measured once
     "eval3": DATA_DIR / "asks-eval3.jsonl",  # held out, written blind, measured once
