@@ -70,6 +70,7 @@ __all__ = [
     "Row",
     "ask_set",
     "collect",
+    "delegable",
     "evaluate",
     "fit",
     "fit_generic",
@@ -114,15 +115,29 @@ class Row:
     pause: bool = False  # the whole ask, delegable only because the typist paused
 
 
+def delegable(
+    ask: Ask, lex: frozenset[str], seed: int, cfg: EngineConfig
+) -> tuple[list[str], str | None]:
+    """The prefixes of ``ask`` that may be delegated while typed (typed as the replay types
+    them), and the whole ask when it may be at the typist's pause (else ``None``)."""
+    keys = [k.prefix for k in typed(ask.text, lex, random.Random(f"{seed}:{ask.text}"))]
+    whole = keys[-1] if keys and may_delegate(keys[-1], cfg, pause=True) else None
+    return [p for p in keys if may_delegate(p, cfg)], whole
+
+
+def _flagged(ask: Ask, lex: frozenset[str], seed: int, cfg: EngineConfig) -> list[tuple[str, bool]]:
+    """:func:`prefixes_of`, each with whether only the typist's pause makes it delegable."""
+    typed_, whole = delegable(ask, lex, seed, cfg)
+    out = [(p, False) for p in typed_]
+    if whole is not None and whole not in typed_:
+        out.append((whole, True))
+    return out
+
+
 def prefixes_of(ask: Ask, lex: frozenset[str], seed: int, engine: AutocompleteEngine) -> list[str]:
     """The prefixes of ``ask`` the engine may delegate, typed as the replay types them,
     and the whole ask at the typist's pause (once)."""
-    rng = random.Random(f"{seed}:{ask.text}")
-    keys = [k.prefix for k in typed(ask.text, lex, rng)]
-    out = [p for p in keys if engine.may_delegate(p)]
-    if keys and keys[-1] not in out and engine.may_delegate(keys[-1], pause=True):
-        out.append(keys[-1])
-    return out
+    return [p for p, _ in _flagged(ask, lex, seed, engine.config)]
 
 
 def _label(ask: Ask, prefix: str) -> int | None:
@@ -139,11 +154,10 @@ async def collect(
     lex = lexicon(e.text for e in load_corpus())
     rows: list[Row] = []
     for n, ask in enumerate(asks):
-        for prefix in prefixes_of(ask, lex, seed, engine):
+        for prefix, pause in _flagged(ask, lex, seed, engine.config):
             res = await engine.gate.answer(Request(input=prefix, delegate=True), 150.0)
             if res.job_id is not None:
                 engine.cancel(res.job_id)
-            pause = not engine.may_delegate(prefix)
             if res.route in FAST and res.pieces:
                 x, _ = judge.features(prefix, res.pieces[0])
                 rows.append(Row(n, prefix, ask.kind, ask.lang, x, _label(ask, prefix),
@@ -341,6 +355,17 @@ async def evaluate(
     hits = n_top = over = pauses = paused_jobs = 0
     lat: list[float] = []
     late: list[str] = []  # cloud jobs the semantic check started after a fast answer
+
+    def calibrate(ask: Ask, prefix: str, trace: dict[str, Any], pause: bool = False) -> None:
+        """A reliability row for a judged prefix that may be delegated and is labelled."""
+        conf = trace.get("confidence")
+        if judge is None or conf is None or not engine.may_delegate(prefix, pause=pause):
+            return
+        label = _label(ask, prefix)
+        if label is not None:
+            probs.append(float(conf))
+            ys.append(label)
+
     for i, ask in enumerate(asks):
         rng = random.Random(f"{seed}:{ask.text}")
         keys = [k.prefix for k in typed(ask.text, lex, rng)]
@@ -369,13 +394,7 @@ async def evaluate(
             if ask.kind == "simple" and j < len(keys) - 1:
                 n_top += 1
                 hits += ask.intent in [c.intent for c in shown[:3]]
-            conf = res.trace.get("confidence")
-            delegable = engine.may_delegate(prefix)
-            if judge is not None and conf is not None and delegable:
-                label = _label(ask, prefix)
-                if label is not None:
-                    probs.append(float(conf))
-                    ys.append(label)
+            calibrate(ask, prefix, res.trace)
         if keys and not jobs:  # the typist stops: the whole ask is judged once more
             res = await engine.complete(
                 keys[-1], budget_ms, session=f"ask-{i}", on_late=lambda _p, j: late.append(j),
@@ -384,12 +403,7 @@ async def evaluate(
             lat.append(res.elapsed_ms)
             over += res.elapsed_ms > budget_ms
             await engine.settle()
-            conf = res.trace.get("confidence")
-            if judge is not None and conf is not None and engine.may_delegate(keys[-1], pause=True):
-                label = _label(ask, keys[-1])
-                if label is not None:
-                    probs.append(float(conf))
-                    ys.append(label)
+            calibrate(ask, keys[-1], res.trace, pause=True)
             jobs.extend([*late, *([res.job_id] if res.job_id is not None else [])])
             late.clear()
             pauses += 1
@@ -525,10 +539,10 @@ def fit_neighbours(
     asks = load_asks(asks_path)
     rows: list[tuple[int, str, bool]] = []  # ask, prefix, at the pause
     for n, ask in enumerate(asks):
-        keys = [k.prefix for k in typed(ask.text, lex, random.Random(f"{seed}:{ask.text}"))]
-        rows += [(n, p, False) for p in keys if may_delegate(p, cfg)]
-        if keys and may_delegate(keys[-1], cfg, pause=True):
-            rows.append((n, keys[-1], True))
+        typed_, at_pause = delegable(ask, lex, seed, cfg)
+        rows += [(n, p, False) for p in typed_]
+        if at_pause is not None:
+            rows.append((n, at_pause, True))
     x: list[list[float]] = []
     for k in range(0, len(rows), batch):
         part = rows[k : k + batch]
