@@ -141,8 +141,9 @@ def parse_wrk(out: str) -> dict[str, Any]:
     return {
         "requests": requests,
         "rps": float(rps[1]),
-        # wrk's requests/s counts every answer; this counts the 2xx ones only
-        "ok_rps": float(rps[1]) * (requests - bad_n) / max(1, requests),
+        # wrk's requests/s counts every answer; this counts the 2xx ones only (the share
+        # first: exactly 1.0 when every answer was 2xx, so never over ``rps``)
+        "ok_rps": float(rps[1]) * ((requests - bad_n) / max(1, requests)),
         **pct,
         "non_2xx": bad_n,
         "socket_errors": sum(int(x) for x in sock.groups()) if sock else 0,
