@@ -228,7 +228,7 @@ def _run(
     """The scored part as one new run of every station, as ``Guard.process`` steps them:
     the scores the rules saw and every stop ``(station, audio seconds from the part's
     start)``. ``rhythm``: the statistic of each window (``_features``; None: no rhythm
-    clause)."""
+    clause); as in ``Guard.process``, a window's rhythm hit counts from the next window."""
     n = len(fleet.clips)
     names = [f"s{i:03d}" for i in range(n)]
     det = Detector(model, n_streams=n)
@@ -240,8 +240,8 @@ def _run(
     for t in range(fleet.score_w):
         s = base.adjust(feats[:, t], det.step(feats[:, t]))
         novel = base.last_novel if base.novelty_clause else None
-        if rhythm is not None and base.rhythm_clause:
-            hit = base.rhythmic(rhythm[:, t])
+        if rhythm is not None and base.rhythm_clause and t:
+            hit = base.rhythmic(rhythm[:, t - 1])
             novel = hit if novel is None else novel | hit
         seen[:, t] = s
         ends = (t + 1) * HOP / RATE

@@ -4,7 +4,10 @@
 subset of stations), computes features and scores in one batch, moves the scores of the
 stations that have an enrolment by their own baseline (``baseline.py``) and feeds the rule
 engine (with the novelty and the envelope's rhythm, ``rhythm.py``, of the stations whose
-rules have those clauses: the rhythm is computed only when some station has it);
+rules have those clauses). The rhythm is computed only when some station has it, and after
+the tick's stops are published: its hits count from the next window on (20 ms later, on a
+statistic of the last 200 ms), so it adds nothing to the time from a window's end to its
+stop;
 once every stop of the tick is published, each gets a copy of the last ``clip_s`` seconds
 and goes to ``on_stop`` (the explainer's feed). Nothing here imports language-model code;
 the ``before_publish`` hook exists only for the ablation that puts an explainer first.
@@ -85,6 +88,7 @@ class Guard:
         # the envelope's rhythm, only when some station's rule and enrolment use it
         self.rhythm = Rhythm(n) if self.baselines.rhythm_clause else None
         self._envelope = np.zeros((n, len(CREST_BANDS), N_SUB), np.float32)
+        self._rhythmic = np.zeros(n, dtype=bool)  # the last window's rhythm hits
         self.sink = sink
         self.on_stop = on_stop
         self.before_publish = before_publish
@@ -130,6 +134,7 @@ class Guard:
             self.baselines.reset()
             if self.rhythm is not None:
                 self.rhythm.reset()
+            self._rhythmic[:] = False
             self._ring.fill(0.0)
             self._slot[:] = 0
             self.last_scores[:] = 0.0
@@ -174,12 +179,9 @@ class Guard:
         novel = None
         if base.novelty_clause:
             novel = base.last_novel if every else base.last_novel[idx]
-        if self.rhythm is not None and env is not None:
-            t3 = time.perf_counter()
-            rows = None if every else idx
-            hit = base.rhythmic(self.rhythm.step(env, rows), rows)
+        if self.rhythm is not None:  # the hits of the station's previous window
+            hit = self._rhythmic if every else self._rhythmic[idx]
             novel = hit if novel is None else novel | hit
-            self.rhythm_s = time.perf_counter() - t3
         decisions = self.engine.feed(scores, window_end_ts, None if every else idx, novel)
         self.last_detector_scores[idx] = general
         self.last_scores[idx] = scores
@@ -199,6 +201,11 @@ class Guard:
                 self.sink.publish(ev.topic, ev.message)
             stops.append(ev)
         self._keep(w, idx)
+        if self.rhythm is not None and env is not None:  # for the next window's decision
+            t3 = time.perf_counter()
+            rows = None if every else idx
+            self._rhythmic[idx] = base.rhythmic(self.rhythm.step(env, rows), rows)
+            self.rhythm_s = time.perf_counter() - t3
         stops = [replace(ev, clip=self.clip(ev.index)) for ev in stops]
         if self.on_stop is not None:
             for ev in stops:

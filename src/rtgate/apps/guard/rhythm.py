@@ -51,52 +51,62 @@ class _Comb:
     def __init__(self, t: int, taper: str = "half") -> None:
         self.t = t
         if taper == "hann":
-            self.hann = np.hanning(t).astype(np.float32)
+            self.hann = np.hanning(t)
         else:  # the older half rises as a Hann's first half, the newer half counts whole
-            self.hann = np.ones(t, np.float32)
+            self.hann = np.ones(t)
             self.hann[: t // 2] = np.hanning(2 * (t // 2))[: t // 2]
-        nb = t // 2 + 1
+        self.nb = t // 2 + 1
         df = _SUB_RATE / t
         self.lo = int(np.ceil(F_MIN / df))
-        hi = int(np.floor(F_MAX / df))
-        if self.lo < 2 or hi <= self.lo:
+        self.hi = int(np.floor(F_MAX / df))
+        if self.lo < 2 or self.hi <= self.lo:
             raise InvalidRequest(f"a ring of {t} sub-frames cannot resolve {F_MIN:g}-{F_MAX:g} Hz")
-        ks = np.arange(self.lo, hi + 1)
-        # harmonic h*k of each candidate k (those under the last bin), as indices into L and
-        # weights 1/count: c = (L[..., idx] * w).sum(-1)
-        self.idx = np.zeros((len(ks), HARMONICS), np.intp)
-        self.w = np.zeros((len(ks), HARMONICS), np.float32)
-        for j, k in enumerate(ks):
-            hs = [h * k for h in range(1, HARMONICS + 1) if h * k < nb - 1]
-            self.idx[j, : len(hs)] = hs
-            self.w[j, : len(hs)] = 1.0 / len(hs)
+        self.mid = (self.nb - self.lo) // 2  # the median bin's rank from ``lo`` on
+        ks = np.arange(self.lo, self.hi + 1)
+        # harmonic h of candidate k is bin h*k, used while h*k <= nb - 2 (its right
+        # neighbour exists); c(k) = the mean over those
+        self.last = [min(self.hi, (self.nb - 2) // h) for h in range(1, HARMONICS + 1)]
+        count = np.zeros(len(ks), np.float32)
+        for last in self.last:
+            count += ks <= last
+        self.inv_count = (1.0 / count).astype(np.float32)
         self.freqs = (ks * df).astype(np.float32)
 
 
 def comb_statistic(envelope: npt.ArrayLike, taper: str = "half") -> F32:
     """The statistic of the module doc for envelopes ``(..., bands, t)`` (energies, any
-    ``t`` that resolves 40-500 Hz): one number per leading index. A reference for tests and
-    offline use; :class:`Rhythm` computes the same in place for a stream."""
+    ``t`` that resolves 40-500 Hz): one number per leading index. :class:`Rhythm` computes
+    the same for a stream."""
     e = np.asarray(envelope, np.float32)
-    comb = _Comb(e.shape[-1], taper)
-    return _statistic(e, comb)
+    return _statistic(e, _Comb(e.shape[-1], taper))
 
 
 def _statistic(e: F32, comb: _Comb) -> F32:
-    x = e / (e.mean(axis=-1, keepdims=True) + np.float32(1e-20))
+    # float64 for the FFT: numpy's float32 FFT is several times slower (it converts inside)
+    x = e.astype(np.float64)
+    x /= x.mean(axis=-1, keepdims=True) + 1e-20
     x -= x.mean(axis=-1, keepdims=True)
     x *= comb.hann
     spec = np.fft.rfft(x, axis=-1)
-    s = (spec.real**2 + spec.imag**2).astype(np.float32)
-    floor = np.median(s[..., comb.lo :], axis=-1, keepdims=True) / np.float32(np.log(2.0))
-    m = s.copy()
-    np.maximum(m[..., 1:], s[..., :-1], out=m[..., 1:])
-    np.maximum(m[..., :-1], s[..., 1:], out=m[..., :-1])
-    m /= floor + np.float32(1e-30)
+    s = np.square(spec.real, dtype=np.float64)
+    s += np.square(spec.imag)
+    s32 = s.astype(np.float32)
+    high = s32[..., comb.lo :]
+    floor = np.partition(high, comb.mid, axis=-1)[..., comb.mid : comb.mid + 1]
+    floor /= np.float32(np.log(2.0))  # the median of exponential bins, as their mean
+    floor += np.float32(1e-30)
+    m = s32.copy()
+    np.maximum(m[..., 1:], s32[..., :-1], out=m[..., 1:])
+    np.maximum(m[..., :-1], s32[..., 1:], out=m[..., :-1])
+    m /= floor
     m += np.float32(1e-12)
     np.log(m, out=m)
-    c = (m[..., comb.idx] * comb.w).sum(axis=-1)  # (..., bands, candidates)
-    out: F32 = c.reshape(*c.shape[:-2], -1).max(axis=-1).astype(np.float32)
+    lo = comb.lo
+    c = m[..., lo : comb.hi + 1].copy()  # harmonic 1 of every candidate
+    for h, last in enumerate(comb.last[1:], start=2):  # bins h*lo, h*(lo+1), ...: a stride
+        c[..., : last - lo + 1] += m[..., h * lo : h * last + 1 : h]
+    c *= comb.inv_count
+    out: F32 = c.reshape(*c.shape[:-2], -1).max(axis=-1)
     return out
 
 
