@@ -15,6 +15,7 @@ import pytest
 from rtgate.apps.guard.baseline import (
     FORMAT,
     RHYTHM_FLOOR,
+    RHYTHM_MARGIN,
     Baselines,
     Enrolment,
     EnrolmentStore,
@@ -126,7 +127,8 @@ def test_the_threshold_is_the_station_s_own_highest_plus_the_margin_never_under_
     assert Rules.parse({"rhythm": 1.5}).default.rhythm == 1.5
     with pytest.raises(ConfigError, match="rhythm"):
         Rules.parse({"rhythm": -1})
-    rule = Rule()
+    assert Rule().rhythm == 0.0  # off unless a rules file asks
+    rule = Rule(rhythm=RHYTHM_MARGIN)
     assert rule.describe(novel=True, rhythm=True) == (
         "default: score>=0.92 or rhythm>=own max+0.5 in 2 of 3 windows"
     )
@@ -207,7 +209,7 @@ def test_the_guard_stops_an_enrolled_station_on_a_rhythm_it_never_had() -> None:
     enrolled = _enrolment("A", {"max": 3.0})
     sink = Sink()
     stations = ["A", "B", "C"]  # B: no enrolment; C: its rule turns the clause off
-    rules = Rules(Rule(), {"C": Rule(name="C", rhythm=0.0)})
+    rules = Rules(Rule(rhythm=RHYTHM_MARGIN), {"C": Rule(name="C")})
     guard = Guard(
         stations,
         rules,
@@ -228,8 +230,10 @@ def test_the_guard_stops_an_enrolled_station_on_a_rhythm_it_never_had() -> None:
     assert stops[0].message.window_end_ts - seconds <= 0.3  # the ring fills in 0.2 s
     assert guard.rhythm_s > 0.0
 
-    plain = Guard(["A"], Rules(), detector=NeverFault(1), enrolments=[_enrolment("A")])
-    assert plain.rhythm is None  # no station measured its rhythm: nothing computed
+    plain = Guard(["A"], Rules(), detector=NeverFault(1), enrolments=[enrolled])
+    assert plain.rhythm is None  # the clause is off by default: nothing computed
+    old = Guard(["A"], rules, detector=NeverFault(1), enrolments=[_enrolment("A")])
+    assert old.rhythm is None  # no station measured its rhythm: nothing computed
 
 
 def test_the_envelope_comes_out_without_changing_a_feature() -> None:

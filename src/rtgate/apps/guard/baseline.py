@@ -16,7 +16,8 @@ over stations, a few array operations per tick):
 
 The rhythm (``rhythm.py``): the enrolment also keeps the station's healthy range of the
 envelope's rhythm statistic (its highest value and quantiles over the recording). A station
-whose rule has a rhythm clause (``Rule.rhythm``, a margin) counts a window whose statistic
+whose rule has a rhythm clause (``Rule.rhythm``, a margin; off by default, ``RHYTHM_MARGIN``
+is the one chosen on validation) counts a window whose statistic
 reaches ``max(highest healthy + margin, RHYTHM_FLOOR)`` as a hit, whatever the detector's
 score: a train of impacts the station never made while healthy, heard on machines the
 detector is deaf to. The clause only adds hits, so a fault present while enrolling (its
@@ -61,6 +62,7 @@ __all__ = [
     "GATE_HIGH",
     "GATE_LOW",
     "RHYTHM_FLOOR",
+    "RHYTHM_MARGIN",
     "SHIFT_MAX",
     "Baselines",
     "Enrolment",
@@ -79,6 +81,7 @@ BOOST = 1.0  # logit: on a novel window 0.92 -> 0.81
 SD_FLOOR = 0.05  # a feature that barely moved while enrolling is not taken as exact
 NOVELTY_FLOOR = 1.0  # in units of sd: a very steady recording does not make all novel
 RHYTHM_FLOOR = 3.5  # the rhythm clause never fires under this, however quiet the recording
+RHYTHM_MARGIN = 0.5  # the rules' rhythm margin chosen on validation (off by default)
 
 
 def default_enrolment_dir() -> Path:

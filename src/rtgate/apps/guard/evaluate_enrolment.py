@@ -16,8 +16,8 @@ rules, all stations in one batch, as ``guard run`` does. Three ways:
 - ``general``: no enrolment;
 - ``enrolled``: the stations ``guard enroll`` accepts are enrolled, the others run without;
 - ``enrolled_accepting_stops``: every station enrolled, as with ``--accept-stops``;
-- ``enrolled_without_rhythm``: as ``enrolled``, the rules' rhythm clause off (``Rule.rhythm``
-  is on by default: this is the enrolment before it);
+- ``enrolled_rhythm``: as ``enrolled``, with the rules' rhythm clause at
+  ``baseline.RHYTHM_MARGIN`` (``rhythm.py``; off by default);
 - ``enrolled_novelty_N``: as ``enrolled``, with the rules' novelty clause at N.
 
 Reported per way, overall and per family (shaft speed, housing resonance, extra noise):
@@ -40,7 +40,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
-from rtgate.apps.guard.baseline import Baselines, Enrolment
+from rtgate.apps.guard.baseline import RHYTHM_MARGIN, Baselines, Enrolment
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.enrol import Recording, Source, fit
 from rtgate.apps.guard.evaluate import roc_auc
@@ -347,7 +347,7 @@ def evaluate_enrolment(
         "general": ([None] * n_stations, Rules()),
         "enrolled": (accepted, Rules()),
         "enrolled_accepting_stops": (list(fitted), Rules()),
-        "enrolled_without_rhythm": (accepted, Rules(Rule(rhythm=0.0))),
+        "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
     }
     if novelty:
         ways[f"enrolled_novelty_{novelty:g}"] = (accepted, Rules(Rule(novelty=novelty)))

@@ -5,9 +5,10 @@ Each station is enrolled on its first ``enrol_s`` seconds (what ``guard enroll``
 refused when the general detector stops on them), then its scored part runs as a new run
 through the detector, the baselines and the rules, all stations in one batch. Three ways:
 ``general`` (no enrolment), ``enrolled`` (the stations ``enroll`` accepts),
-``enrolled_accepting_stops`` (every station, as with ``--accept-stops``), and
-``enrolled_without_rhythm`` (as ``enrolled``, the rules' rhythm clause off: the enrolment as
-it was before the clause, ``rhythm.py``). Per way, overall,
+``enrolled_accepting_stops`` (every station, as with ``--accept-stops``), and each of the
+two enrolled ways again with the rules' rhythm clause at ``baseline.RHYTHM_MARGIN``
+(``enrolled_rhythm``, ``enrolled_accepting_stops_rhythm``; ``rhythm.py``, off by default).
+Per way, overall,
 per machine family and per background: false stops (and on how many stations), misses,
 clip AUC (each station's highest score in the scored part), window AUC, onset -> stop in
 audio time (all faults, and those at -12 dB and louder).
@@ -37,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from rtgate.apps.guard.baseline import Enrolment
+from rtgate.apps.guard.baseline import RHYTHM_MARGIN, Enrolment
 from rtgate.apps.guard.evaluate import roc_auc
 from rtgate.apps.guard.evaluate_enrolment import _enrol_all, _features, _Fleet, _metrics, _run
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
@@ -184,7 +185,8 @@ def evaluate_outside(
         "general": ([None] * n_stations, Rules()),
         "enrolled": (accepted, Rules()),
         "enrolled_accepting_stops": (list(fitted), Rules()),
-        "enrolled_without_rhythm": (accepted, Rules(Rule(rhythm=0.0))),
+        "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
+        "enrolled_accepting_stops_rhythm": (list(fitted), Rules(Rule(rhythm=RHYTHM_MARGIN))),
     }
     groups = _groups(stations)
     rule = Rules().default
