@@ -105,6 +105,10 @@ def test_a_fault_present_from_the_first_second_is_still_stopped(tmp_path: Path) 
     forced = _enroll(*args, "--accept-stops")
     assert forced.exit_code == 0, forced.output
     assert "--accept-stops" in forced.stderr and "still stops" in forced.stderr
+    # the fault's rhythm is now the station's normal (the rhythm clause stays quiet on it):
+    # the general detector alone must still stop it, below
+    kept = EnrolmentStore(tmp_path / "e").load("M7")
+    assert kept is not None and kept.rhythm_max is not None
     again = make_clip(ODD, 6.0, fault="outer", onset_s=0.0, severity_db=12.0, seed=4)
     write_wav(tmp_path / "again.wav", again.audio)
     res, _ = _scan(tmp_path / "again.wav", "M7", tmp_path / "e")
@@ -143,6 +147,7 @@ def test_provenance_is_stored_and_reported(
         "created": doc["created"],
         "seconds": 42.0,
         "sources": [str(enrol), str(tmp_path / "more48k.wav")],
+        "rhythm_max": doc["model"]["rhythm"]["max"],
     }
 
 

@@ -14,6 +14,15 @@ over stations, a few array operations per tick):
   station has never sounded like it may be a little less sure. The rules then apply as
   they are.
 
+The rhythm (``rhythm.py``): the enrolment also keeps the station's healthy range of the
+envelope's rhythm statistic (its highest value and quantiles over the recording). A station
+whose rule has a rhythm clause (``Rule.rhythm``, a margin; off by default, ``RHYTHM_MARGIN``
+is the one chosen on validation) counts a window whose statistic
+reaches ``max(highest healthy + margin, RHYTHM_FLOOR)`` as a hit, whatever the detector's
+score: a train of impacts the station never made while healthy, heard on machines the
+detector is deaf to. The clause only adds hits, so a fault present while enrolling (its
+rhythm then counted as normal) is still stopped by the general detector as below.
+
 The bound: ``delta`` stays in ``[-SHIFT_MAX, BOOST]`` whatever a file says (a file outside
 it is refused), so a score that would stop a station with ``k`` of ``n`` windows at
 ``sigmoid(logit(threshold) + SHIFT_MAX)`` (0.981 for the default 0.92) or at once at
@@ -49,8 +58,11 @@ __all__ = [
     "ALPHA",
     "BOOST",
     "FORMAT",
+    "FORMATS",
     "GATE_HIGH",
     "GATE_LOW",
+    "RHYTHM_FLOOR",
+    "RHYTHM_MARGIN",
     "SHIFT_MAX",
     "Baselines",
     "Enrolment",
@@ -60,13 +72,16 @@ __all__ = [
 ]
 
 F32 = npt.NDArray[np.float32]
-FORMAT = "rtgate-guard-enrolment/1"
+FORMAT = "rtgate-guard-enrolment/2"  # /2 added the rhythm's range
+FORMATS = ("rtgate-guard-enrolment/1", FORMAT)  # /1 files load, without a rhythm range
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
 SHIFT_MAX = 1.5  # logit: 0.92 -> 0.981, 0.995 -> 0.9989
 BOOST = 1.0  # logit: on a novel window 0.92 -> 0.81
 SD_FLOOR = 0.05  # a feature that barely moved while enrolling is not taken as exact
 NOVELTY_FLOOR = 1.0  # in units of sd: a very steady recording does not make all novel
+RHYTHM_FLOOR = 3.5  # the rhythm clause never fires under this, however quiet the recording
+RHYTHM_MARGIN = 0.5  # the rules' rhythm margin chosen on validation (off by default)
 
 
 def default_enrolment_dir() -> Path:
@@ -99,7 +114,9 @@ class Enrolment:
     ``mean``, ``sd``: per input feature; ``novelty_scale``: the highest novelty of the
     recording (see the module doc); ``shift``: how much surer (logit) the detector must be on
     a window that sounds normal, in ``[0, SHIFT_MAX]``. ``provenance``: the recording and the
-    detector; ``general``: what the general detector did on the recording.
+    detector; ``general``: what the general detector did on the recording; ``rhythm``: the
+    rhythm statistic's healthy range (``max``, ``p999``, ``p50``, ``windows``; empty for a
+    file of format /1: that station runs without the rhythm clause).
     """
 
     station: str
@@ -110,6 +127,7 @@ class Enrolment:
     provenance: Mapping[str, Any] = field(default_factory=dict)
     general: Mapping[str, Any] = field(default_factory=dict)
     created: str = ""
+    rhythm: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = f"enrolment of {self.station!r}"
@@ -121,6 +139,15 @@ class Enrolment:
             raise ConfigError(f"{where}: novelty_scale must be >= {NOVELTY_FLOOR}")
         if not 0.0 <= self.shift <= SHIFT_MAX:
             raise ConfigError(f"{where}: shift {self.shift!r} outside [0, {SHIFT_MAX}]")
+        top = self.rhythm.get("max") if self.rhythm else None
+        if self.rhythm and not (isinstance(top, int | float) and math.isfinite(top)):
+            raise ConfigError(f"{where}: the rhythm's range needs a finite max")
+
+    @property
+    def rhythm_max(self) -> float | None:
+        """The highest rhythm statistic of the healthy recording (None: not measured)."""
+        top = self.rhythm.get("max") if self.rhythm else None
+        return float(top) if top is not None else None
 
     @property
     def detector_sha256(self) -> str | None:
@@ -132,6 +159,8 @@ class Enrolment:
         """A short digest of the numbers (two enrolments with the same id decide alike)."""
         h = hashlib.sha256(self.mean.tobytes() + self.sd.tobytes())
         h.update(f"{self.novelty_scale!r},{self.shift!r}".encode())
+        if self.rhythm_max is not None:  # files of format /1 keep their id
+            h.update(f",{self.rhythm_max!r}".encode())
         return h.hexdigest()[:12]
 
     def summary(self) -> dict[str, Any]:
@@ -141,6 +170,7 @@ class Enrolment:
             "created": self.created,
             "seconds": self.provenance.get("seconds"),
             "sources": [s.get("name") for s in self.provenance.get("sources", ())],
+            "rhythm_max": self.rhythm_max,
         }
 
     def to_json(self) -> str:
@@ -155,6 +185,7 @@ class Enrolment:
                 "novelty_scale": self.novelty_scale,
                 "mean": [float(x) for x in self.mean],
                 "sd": [float(x) for x in self.sd],
+                "rhythm": dict(self.rhythm),
             },
         }
         return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
@@ -166,8 +197,12 @@ class Enrolment:
             doc = json.loads(text)
         except json.JSONDecodeError as e:
             raise ConfigError(f"{where}: not JSON ({e})") from None
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ConfigError(f"{where}: not an enrolment of format {FORMAT}")
+        if not isinstance(doc, dict) or doc.get("format") not in FORMATS:
+            found = doc.get("format") if isinstance(doc, dict) else None
+            raise ConfigError(
+                f"{where}: not an enrolment of format {' or '.join(FORMATS)} (found {found!r}); "
+                "enrol the station again with this version"
+            )
         model = doc.get("model")
         station = doc.get("station")
         if not isinstance(model, dict) or not isinstance(station, str):
@@ -182,6 +217,7 @@ class Enrolment:
                 dict(doc.get("provenance") or {}),
                 dict(doc.get("general_detector") or {}),
                 str(doc.get("created", "")),
+                {str(k): float(v) for k, v in (model.get("rhythm") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ConfigError):
@@ -239,10 +275,16 @@ class Baselines:
 
     ``novelty``: per station, the rule's novelty clause (``Rule.novelty``, 0: off); after
     each :meth:`adjust`, ``last_novel`` says which stations' windows were novelty hits.
+    ``rhythm``: per station, the rule's rhythm margin (``Rule.rhythm``, 0: off); a station
+    with the clause and an enrolment that measured its rhythm has ``rhythm_threshold``
+    (infinity for the others); :meth:`rhythmic` says which windows reach it.
     """
 
     def __init__(
-        self, enrolments: Sequence[Enrolment | None], novelty: Sequence[float] | None = None
+        self,
+        enrolments: Sequence[Enrolment | None],
+        novelty: Sequence[float] | None = None,
+        rhythm: Sequence[float] | None = None,
     ) -> None:
         n = len(enrolments)
         self.enrolments = list(enrolments)
@@ -253,6 +295,18 @@ class Baselines:
             raise InvalidRequest(f"{len(nov)} novelty thresholds for {n} stations")
         self._novelty = np.where(self.enrolled & (nov > 0), nov, np.inf).astype(np.float32)
         self.novelty_clause = bool(np.isfinite(self._novelty).any())
+        margin = np.zeros(n, np.float32) if rhythm is None else np.asarray(rhythm, np.float32)
+        if margin.shape != (n,):
+            raise InvalidRequest(f"{len(margin)} rhythm margins for {n} stations")
+        tops = [e.rhythm_max if e is not None else None for e in enrolments]
+        self.rhythm_threshold = np.array(
+            [
+                max(top + m, RHYTHM_FLOOR) if top is not None and m > 0 else np.inf
+                for top, m in zip(tops, margin.tolist(), strict=True)
+            ],
+            np.float32,
+        )
+        self.rhythm_clause = bool(np.isfinite(self.rhythm_threshold).any())
         self.last_novel = np.zeros(n, dtype=bool)
         self._mean = np.zeros((n, N_FEATURES), np.float32)
         self._inv_sd = np.zeros((n, N_FEATURES), np.float32)
@@ -275,6 +329,15 @@ class Baselines:
         self._z = np.zeros((n, N_FEATURES), np.float32)
         self._g = np.zeros(n, np.float32)
         self.last_novelty = np.zeros(n, np.float32)  # r of the last window, per station
+
+    def rhythmic(self, rhythm: F32, rows: npt.ArrayLike | None = None) -> npt.NDArray[np.bool_]:
+        """Which of the stations in ``rows`` (default all) reach their rhythm threshold with
+        the statistics ``rhythm`` (``rhythm.Rhythm.step``)."""
+        thr = self.rhythm_threshold
+        if rows is not None:
+            thr = thr[np.asarray(rows, np.int64)]
+        out: npt.NDArray[np.bool_] = np.asarray(rhythm) >= thr
+        return out
 
     def reset(self, stream: int | None = None) -> None:
         """Forget the novelty's average of one station (or all): a new recording."""

@@ -36,6 +36,7 @@ from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
 from rtgate.apps.guard.mqtt import Broker, StopPublisher
 from rtgate.apps.guard.pipeline import Guard
+from rtgate.apps.guard.rhythm import Rhythm
 from rtgate.apps.guard.rt import quiet_gc, realtime
 from rtgate.apps.guard.rtbroker import realtime_broker
 from rtgate.apps.guard.rules import Rule, Rules
@@ -155,6 +156,7 @@ class _Ticks:
     tick_ms: list[float] = field(default_factory=list)
     infer_ms: list[float] = field(default_factory=list)
     features_ms: list[float] = field(default_factory=list)
+    rhythm_ms: list[float] = field(default_factory=list)
     late_ms: list[float] = field(default_factory=list)
     scores: list[np.ndarray] = field(default_factory=list)
 
@@ -180,6 +182,7 @@ def _play(guard: Guard, fleet: _Fleet, ticks: _Ticks, idle: Callable[[], None] |
         ticks.tick_ms.append((time.perf_counter() - c0) * 1000)
         ticks.infer_ms.append(guard.infer_s * 1000)
         ticks.features_ms.append(guard.features_s * 1000)
+        ticks.rhythm_ms.append(guard.rhythm_s * 1000)
         if ticks.keep_scores:
             ticks.scores.append(guard.last_scores.copy())
         if idle is not None:
@@ -242,6 +245,9 @@ def _compute_report(ticks: _Ticks, streams: int, model: Path | None) -> dict[str
         "infer_batch_ms": _pct(ticks.infer_ms, 50, 99),
         "infer_per_window_us": _pct(per_window_us, 50, 99),
         "infer_single_stream_us": _pct(_single_stream_us(model), 50, 99),
+        # the envelope's rhythm (enrolled stations with the rules' rhythm clause; 0 without)
+        "rhythm_batch_ms": _pct(ticks.rhythm_ms, 50, 99),
+        "rhythm_per_window_us": _pct([1000 * t / streams for t in ticks.rhythm_ms], 50, 99),
         "tick_compute_ms": _pct(ticks.tick_ms, 50, 99),
     }
 
@@ -364,11 +370,13 @@ def _enrol_fleet(fleet: _Fleet, seconds: float, model: Path | None) -> list[Enro
     wf, det, made = WindowFeatures(), Detector(model, n_streams=1), {}
     for j in sorted(set(fleet.clip_of.tolist())):
         clip = make_clip(fleet.clips[j].motor, seconds, seed=fleet.clips[j].motor.seed + 1)
-        f = wf.frames(clip.audio)
+        f, env = wf.envelopes(clip.audio)
         det.reset()
         s = np.array([det.step(row[None])[0] for row in f], np.float32)
+        rhythm = Rhythm(1)
+        r = np.array([rhythm.step(e[None])[0] for e in env], np.float32)
         src = Source(f"motor {j}", "simulated", RATE, seconds=len(f) * HOP / RATE)
-        rec = Recording(f, s, [(0, len(f))], [src], float(np.std(clip.audio)))
+        rec = Recording(f, s, [(0, len(f))], [src], float(np.std(clip.audio)), r)
         made[j] = fit(f"motor{j}", rec, accept_stops=True).enrolment
     return [made[int(j)] for j in fleet.clip_of]
 

@@ -1,8 +1,9 @@
 """``guard enroll``: listen to a healthy station and measure its own normal.
 
 :func:`listen` runs the general detector over the recording (WAV files, stdin PCM or a sound
-card chunks; at most ``max_seconds``) and keeps every window's features and score, one
-segment per source (the detector and the novelty start afresh on each). :func:`fit` turns
+card chunks; at most ``max_seconds``) and keeps every window's features, score and rhythm
+statistic (``rhythm.py``), one segment per source (the detector, the rhythm and the novelty
+start afresh on each). :func:`fit` turns
 that into an :class:`~rtgate.apps.guard.baseline.Enrolment` and checks it:
 
 - too little audio (under :data:`MIN_SECONDS`) or a silent recording: refused;
@@ -11,6 +12,9 @@ that into an :class:`~rtgate.apps.guard.baseline.Enrolment` and checks it:
   from the first second looks like that, and a station enrolled on it would count the fault
   as its normal. Accepted, the shift is still bounded (``baseline.SHIFT_MAX``);
 - the enrolled station still stops on its own recording: said in the warnings.
+
+The enrolment keeps the rhythm's healthy range (its highest value and quantiles, over the
+windows after each segment's first ``rhythm.WINDOWS``), for the rules' rhythm clause.
 """
 
 from __future__ import annotations
@@ -35,7 +39,16 @@ from rtgate.apps.guard.baseline import (
     detector_identity,
 )
 from rtgate.apps.guard.detector import Detector
-from rtgate.apps.guard.features import HOP, N_FEATURES, RATE, Framer, WindowFeatures
+from rtgate.apps.guard.features import (
+    CREST_BANDS,
+    HOP,
+    N_FEATURES,
+    N_SUB,
+    RATE,
+    Framer,
+    WindowFeatures,
+)
+from rtgate.apps.guard.rhythm import WINDOWS, Rhythm
 from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
 from rtgate.core.errors import InvalidRequest
 
@@ -49,6 +62,7 @@ __all__ = [
     "file_source",
     "fit",
     "listen",
+    "rhythm_range",
 ]
 
 F32 = npt.NDArray[np.float32]
@@ -111,13 +125,15 @@ class HashingReader:
 @dataclass
 class Recording:
     """Every window's features ``(T, N_FEATURES)`` and general score ``(T,)``; ``segments``
-    are the windows of each source, ``[start, end)``."""
+    are the windows of each source, ``[start, end)``; ``rhythm``: every window's rhythm
+    statistic ``(T,)`` (None: not measured, the enrolment then has no rhythm range)."""
 
     features: F32
     scores: F32
     segments: list[tuple[int, int]]
     sources: list[Source]
     rms: float
+    rhythm: F32 | None = None
 
     @property
     def seconds(self) -> float:
@@ -134,14 +150,17 @@ def listen(
     if detector.n_streams != 1:
         raise InvalidRequest("enrolment listens with a one-stream detector")
     wf = WindowFeatures()
+    rhythm = Rhythm(1)
     limit = int(max_seconds * RATE) // HOP
     feats: list[F32] = []
     scores: list[float] = []
+    rhythms: list[float] = []
     segments, used, energy = [], [], 0.0
     for src, chunks in sources:
         if len(scores) >= limit:
             break
         detector.reset()
+        rhythm.reset()
         start, framer = len(scores), Framer()
         for chunk in chunks:
             wins = [w for w, _ in framer.push(chunk, 0.0)][: limit - len(scores)]
@@ -149,9 +168,11 @@ def listen(
                 continue
             x = np.stack(wins)
             energy += float(np.square(x, dtype=np.float64).sum())
-            f = wf(x)
-            for row in f:
+            env = np.zeros((len(x), len(CREST_BANDS), N_SUB), np.float32)
+            f = wf(x, env)
+            for row, e in zip(f, env, strict=True):
                 scores.append(float(detector.step(row[None])[0]))
+                rhythms.append(float(rhythm.step(e[None])[0]))
             feats.append(f)
             if len(scores) >= limit:
                 break
@@ -161,7 +182,9 @@ def listen(
     n = len(scores)
     f_all = np.concatenate(feats) if feats else np.zeros((0, N_FEATURES), np.float32)
     rms = float(np.sqrt(energy / (n * HOP))) if n else 0.0
-    return Recording(f_all, np.asarray(scores, np.float32), segments, used, rms)
+    return Recording(
+        f_all, np.asarray(scores, np.float32), segments, used, rms, np.asarray(rhythms, np.float32)
+    )
 
 
 @dataclass
@@ -206,6 +229,24 @@ def _replay(rec: Recording, enrolment: Enrolment, rule: Rule) -> tuple[F32, int]
             novelty[t] = base.last_novelty[0]
             stops += len(eng.feed(s, (t - a + 1) * HOP / RATE))
     return novelty, stops
+
+
+def rhythm_range(rec: Recording) -> dict[str, float]:
+    """The healthy range of the rhythm statistic on ``rec`` (empty when it was not measured
+    or no segment is longer than ``rhythm.WINDOWS``): ``max``, ``p999``, ``p50``,
+    ``windows``."""
+    if rec.rhythm is None:
+        return {}
+    full = [rec.rhythm[a + WINDOWS - 1 : b] for a, b in rec.segments if b - a >= WINDOWS]
+    if not full:
+        return {}
+    r = np.concatenate(full).astype(np.float64)
+    return {
+        "max": round(float(r.max()), 4),
+        "p999": round(float(np.quantile(r, 0.999)), 4),
+        "p50": round(float(np.quantile(r, 0.5)), 4),
+        "windows": float(len(r)),
+    }
 
 
 def _check(station: str, rec: Recording, general: dict[str, Any], accept_stops: bool) -> None:
@@ -279,7 +320,15 @@ def fit(
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     general["accepted_stops"] = bool(general["stops"])
     enrolment = Enrolment(
-        station, mean, sd, max(scale, NOVELTY_FLOOR), shift, provenance, general, created
+        station,
+        mean,
+        sd,
+        max(scale, NOVELTY_FLOOR),
+        shift,
+        provenance,
+        general,
+        created,
+        rhythm_range(rec),
     )
     _, residual = _replay(rec, enrolment, rule)
     enrolment = replace(enrolment, general={**general, "stops_with_enrolment": residual})

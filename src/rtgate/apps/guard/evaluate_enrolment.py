@@ -16,6 +16,8 @@ rules, all stations in one batch, as ``guard run`` does. Three ways:
 - ``general``: no enrolment;
 - ``enrolled``: the stations ``guard enroll`` accepts are enrolled, the others run without;
 - ``enrolled_accepting_stops``: every station enrolled, as with ``--accept-stops``;
+- ``enrolled_rhythm``: as ``enrolled``, with the rules' rhythm clause at
+  ``baseline.RHYTHM_MARGIN`` (``rhythm.py``; off by default);
 - ``enrolled_novelty_N``: as ``enrolled``, with the rules' novelty clause at N.
 
 Reported per way, overall and per family (shaft speed, housing resonance, extra noise):
@@ -38,11 +40,12 @@ from typing import Any, Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
-from rtgate.apps.guard.baseline import Baselines, Enrolment
+from rtgate.apps.guard.baseline import RHYTHM_MARGIN, Baselines, Enrolment
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.enrol import Recording, Source, fit
 from rtgate.apps.guard.evaluate import roc_auc
-from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
+from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE, WindowFeatures
+from rtgate.apps.guard.rhythm import Rhythm
 from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
 from rtgate.apps.guard.simulate import FAULTS, Bearing, Clip, Motor, draw_motor, make_clip
 from rtgate.core.errors import InvalidRequest
@@ -181,10 +184,18 @@ class _Fleet:
     score_w: int
 
 
-def _features(wf: WindowFeatures, clips: Sequence[_Recorded], a: int, b: int) -> F32:
-    """Features ``(stations, windows a..b, N_FEATURES)``."""
-    audio = np.stack([c.audio[a * HOP : b * HOP] for c in clips]).reshape(len(clips), b - a, HOP)
-    return np.stack([wf(audio[:, t]) for t in range(b - a)], axis=1)
+def _features(wf: WindowFeatures, clips: Sequence[_Recorded], a: int, b: int) -> tuple[F32, F32]:
+    """Features ``(stations, windows a..b, N_FEATURES)`` and the rhythm statistic
+    ``(stations, windows a..b)`` (its ring starting afresh at ``a``, as a new run does)."""
+    n = len(clips)
+    audio = np.stack([c.audio[a * HOP : b * HOP] for c in clips]).reshape(n, b - a, HOP)
+    env = np.zeros((n, len(CREST_BANDS), N_SUB), np.float32)
+    rhythm = Rhythm(n)
+    feats, rh = [], []
+    for t in range(b - a):
+        feats.append(wf(audio[:, t], env))
+        rh.append(rhythm.step(env).copy())
+    return np.stack(feats, axis=1), np.stack(rh, axis=1)
 
 
 def _enrol_all(fleet: _Fleet, model: str | Path | None) -> list[tuple[Enrolment, list[str]]]:
@@ -192,13 +203,15 @@ def _enrol_all(fleet: _Fleet, model: str | Path | None) -> list[tuple[Enrolment,
     the warnings); the scores come from one batched detector."""
     n, wf = len(fleet.clips), WindowFeatures()
     det = Detector(model, n_streams=n)
-    feats = _features(wf, fleet.clips, 0, fleet.enrol_w)
+    feats, rhythm = _features(wf, fleet.clips, 0, fleet.enrol_w)
     scores = np.stack([det.step(feats[:, t]) for t in range(fleet.enrol_w)], axis=1)
     out = []
     for i, clip in enumerate(fleet.clips):
         x = clip.audio[: fleet.enrol_w * HOP].astype(np.float64)
         src = Source(f"station{i}", "simulated", RATE, seconds=fleet.enrol_w * HOP / RATE)
-        rec = Recording(feats[i], scores[i], [(0, fleet.enrol_w)], [src], float(np.std(x)))
+        rec = Recording(
+            feats[i], scores[i], [(0, fleet.enrol_w)], [src], float(np.std(x)), rhythm[i]
+        )
         fitted = fit(f"s{i:03d}", rec, accept_stops=True)
         out.append((fitted.enrolment, fitted.warnings))
     return out
@@ -210,20 +223,26 @@ def _run(
     enrolments: list[Enrolment | None],
     rules: Rules,
     model: str | Path | None,
+    rhythm: F32 | None = None,
 ) -> tuple[F32, list[tuple[int, float]]]:
     """The scored part as one new run of every station, as ``Guard.process`` steps them:
     the scores the rules saw and every stop ``(station, audio seconds from the part's
-    start)``."""
+    start)``. ``rhythm``: the statistic of each window (``_features``; None: no rhythm
+    clause); as in ``Guard.process``, a window's rhythm hit counts from the next window."""
     n = len(fleet.clips)
     names = [f"s{i:03d}" for i in range(n)]
     det = Detector(model, n_streams=n)
-    base = Baselines(enrolments, [rules.for_station(s).novelty for s in names])
+    per = [rules.for_station(s) for s in names]
+    base = Baselines(enrolments, [r.novelty for r in per], [r.rhythm for r in per])
     eng = RuleEngine(rules, names)
     seen = np.zeros((n, fleet.score_w), np.float32)
     stops = []
     for t in range(fleet.score_w):
         s = base.adjust(feats[:, t], det.step(feats[:, t]))
         novel = base.last_novel if base.novelty_clause else None
+        if rhythm is not None and base.rhythm_clause and t:
+            hit = base.rhythmic(rhythm[:, t - 1])
+            novel = hit if novel is None else novel | hit
         seen[:, t] = s
         ends = (t + 1) * HOP / RATE
         stops += [(d.index, d.window_end_ts) for d in eng.feed(s, ends, None, novel)]
@@ -318,7 +337,9 @@ def evaluate_enrolment(
     fleet = _simulate(n_stations, seed, enrol_s, score_s, population == "outside")
     fitted = [e for e, _ in _enrol_all(fleet, model)]
     accepted = [None if e.general.get("stops") else e for e in fitted]
-    feats = _features(WindowFeatures(), fleet.clips, fleet.enrol_w, fleet.enrol_w + fleet.score_w)
+    feats, rhythm = _features(
+        WindowFeatures(), fleet.clips, fleet.enrol_w, fleet.enrol_w + fleet.score_w
+    )
     clips = cast(list[Clip], fleet.clips)
     onsets = np.array([np.inf if c.onset_s is None else c.onset_s - enrol_s for c in clips])
     sev = np.array([c.severity_db for c in clips])
@@ -326,6 +347,7 @@ def evaluate_enrolment(
         "general": ([None] * n_stations, Rules()),
         "enrolled": (accepted, Rules()),
         "enrolled_accepting_stops": (list(fitted), Rules()),
+        "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
     }
     if novelty:
         ways[f"enrolled_novelty_{novelty:g}"] = (accepted, Rules(Rule(novelty=novelty)))
@@ -339,7 +361,7 @@ def evaluate_enrolment(
         "refused_by_enroll": sum(1 for e in accepted if e is None),
     }
     for name, (enrolments, rules) in ways.items():
-        seen, stops = _run(fleet, feats, enrolments, rules, model)
+        seen, stops = _run(fleet, feats, enrolments, rules, model, rhythm)
         res = _metrics(seen, stops, onsets, sev)
         for fam, idx in _families(fleet).items():
             keep = set(idx.tolist())

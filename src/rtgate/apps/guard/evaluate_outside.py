@@ -5,7 +5,10 @@ Each station is enrolled on its first ``enrol_s`` seconds (what ``guard enroll``
 refused when the general detector stops on them), then its scored part runs as a new run
 through the detector, the baselines and the rules, all stations in one batch. Three ways:
 ``general`` (no enrolment), ``enrolled`` (the stations ``enroll`` accepts),
-``enrolled_accepting_stops`` (every station, as with ``--accept-stops``). Per way, overall,
+``enrolled_accepting_stops`` (every station, as with ``--accept-stops``), and each of the
+two enrolled ways again with the rules' rhythm clause at ``baseline.RHYTHM_MARGIN``
+(``enrolled_rhythm``, ``enrolled_accepting_stops_rhythm``; ``rhythm.py``, off by default).
+Per way, overall,
 per machine family and per background: false stops (and on how many stations), misses,
 clip AUC (each station's highest score in the scored part), window AUC, onset -> stop in
 audio time (all faults, and those at -12 dB and louder).
@@ -35,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from rtgate.apps.guard.baseline import Enrolment
+from rtgate.apps.guard.baseline import RHYTHM_MARGIN, Enrolment
 from rtgate.apps.guard.evaluate import roc_auc
 from rtgate.apps.guard.evaluate_enrolment import _enrol_all, _features, _Fleet, _metrics, _run
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
@@ -165,7 +168,7 @@ def evaluate_outside(
     fleet = _Fleet(stations, [",".join(s.machine.backgrounds) for s in stations], enrol_w, score_w)
     fitted = [e for e, _ in _enrol_all(fleet, model)]
     accepted = [None if e.general.get("stops") else e for e in fitted]
-    feats = _features(WindowFeatures(), stations, enrol_w, enrol_w + score_w)
+    feats, rhythm = _features(WindowFeatures(), stations, enrol_w, enrol_w + score_w)
     onsets = np.array([np.inf if s.onset_s is None else s.onset_s - enrol_s for s in stations])
     level = np.array([s.fault_rms_db if s.fault is not None else np.nan for s in stations])
     report: dict[str, Any] = {
@@ -178,15 +181,17 @@ def evaluate_outside(
         "fault_rms_db": [-22.0, -6.0],
         "refused_by_enroll": sum(1 for e in accepted if e is None),
     }
-    ways: dict[str, list[Enrolment | None]] = {
-        "general": [None] * n_stations,
-        "enrolled": accepted,
-        "enrolled_accepting_stops": list(fitted),
+    ways: dict[str, tuple[list[Enrolment | None], Rules]] = {
+        "general": ([None] * n_stations, Rules()),
+        "enrolled": (accepted, Rules()),
+        "enrolled_accepting_stops": (list(fitted), Rules()),
+        "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
+        "enrolled_accepting_stops_rhythm": (list(fitted), Rules(Rule(rhythm=RHYTHM_MARGIN))),
     }
     groups = _groups(stations)
     rule = Rules().default
-    for name, enrolments in ways.items():
-        seen, stops = _run(fleet, feats, enrolments, Rules(), model)
+    for name, (enrolments, rules) in ways.items():
+        seen, stops = _run(fleet, feats, enrolments, rules, model, rhythm)
         if name == "general":
             on_healthy = {"all": detector_on_healthy(fitted, seen, onsets, rule)}
             for g, idx in groups.items():

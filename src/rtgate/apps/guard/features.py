@@ -42,6 +42,7 @@ __all__ = [
     "HOP",
     "N_FEATURES",
     "N_MELS",
+    "N_SUB",
     "RATE",
     "Framer",
     "Resampler",
@@ -55,7 +56,7 @@ N_MELS = 40
 CREST_BANDS = ((2000.0, 3500.0), (3500.0, 5500.0), (5500.0, 8000.0))
 N_FEATURES = N_MELS + 2 * len(CREST_BANDS)
 _SUB = 10  # samples per envelope sub-frame (0.625 ms)
-_N_SUB = HOP // _SUB
+N_SUB = _N_SUB = HOP // _SUB  # envelope sub-frames per window
 _LAGS = range(3, 25)  # envelope autocorrelation lags, in sub-frames
 _BLOCK = 256  # windows per pass: bounds the work arrays of a long file
 F32 = npt.NDArray[np.float32]
@@ -181,19 +182,27 @@ class WindowFeatures:
             self._local.scratch = s
         return s
 
-    def __call__(self, windows: npt.ArrayLike) -> F32:
+    def __call__(self, windows: npt.ArrayLike, envelope: F32 | None = None) -> F32:
+        """Features of each window; with ``envelope`` (``(N, len(CREST_BANDS), N_SUB)``
+        float32), each band's envelope (energy per 0.625 ms sub-frame) is written there too,
+        for the slower statistics that look across windows (``rhythm.py``)."""
         x = _as_windows(windows)
+        if envelope is not None and envelope.shape != (len(x), len(CREST_BANDS), N_SUB):
+            raise InvalidRequest(f"envelope must be ({len(x)}, {len(CREST_BANDS)}, {N_SUB})")
         out = np.empty((len(x), N_FEATURES), np.float32)
         for i in range(0, len(x), _BLOCK):
-            self._block(x[i : i + _BLOCK], out[i : i + _BLOCK])
+            env = None if envelope is None else envelope[i : i + _BLOCK]
+            self._block(x[i : i + _BLOCK], out[i : i + _BLOCK], env)
         return out
 
-    def _block(self, x: F32, out: F32) -> None:
+    def _block(self, x: F32, out: F32, envelope: F32 | None = None) -> None:
         nb = len(CREST_BANDS)
         s = self._scratch(len(x))
         spec = self._spectrum(s, x)
         self._log_mel(s, spec, out[:, :N_MELS])
         e = self._band_energy(s, spec)
+        if envelope is not None:
+            envelope[...] = e
         mean = self._crest(s, e, out[:, N_MELS : N_MELS + nb])
         self._periodicity(s, e, mean, out[:, N_MELS + nb :])
 
@@ -285,6 +294,15 @@ class WindowFeatures:
         a = np.asarray(audio, dtype=np.float32)
         n = len(a) // HOP
         return self(a[: n * HOP].reshape(n, HOP)) if n else np.zeros((0, N_FEATURES), np.float32)
+
+    def envelopes(self, audio: npt.ArrayLike) -> tuple[F32, F32]:
+        """:meth:`frames` and the band envelopes of the same windows, ``(n, bands, N_SUB)``."""
+        a = np.asarray(audio, dtype=np.float32)
+        n = len(a) // HOP
+        env = np.zeros((n, len(CREST_BANDS), N_SUB), np.float32)
+        if not n:
+            return np.zeros((0, N_FEATURES), np.float32), env
+        return self(a[: n * HOP].reshape(n, HOP), env), env
 
 
 class Resampler:

@@ -3,7 +3,11 @@
 ``Guard`` runs many stations in step: each call takes one 20 ms window per station (or a
 subset of stations), computes features and scores in one batch, moves the scores of the
 stations that have an enrolment by their own baseline (``baseline.py``) and feeds the rule
-engine;
+engine (with the novelty and the envelope's rhythm, ``rhythm.py``, of the stations whose
+rules have those clauses). The rhythm is computed only when some station has it, and after
+the tick's stops are published: its hits count from the next window on (20 ms later, on a
+statistic of the last 200 ms), so it adds nothing to the time from a window's end to its
+stop;
 once every stop of the tick is published, each gets a copy of the last ``clip_s`` seconds
 and goes to ``on_stop`` (the explainer's feed). Nothing here imports language-model code;
 the ``before_publish`` hook exists only for the ablation that puts an explainer first.
@@ -22,7 +26,8 @@ import numpy.typing as npt
 from rtgate.apps.guard.baseline import Baselines, Enrolment
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.events import StopEvent, StopMessage
-from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
+from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE, WindowFeatures
+from rtgate.apps.guard.rhythm import Rhythm
 from rtgate.apps.guard.rules import RuleEngine, Rules
 from rtgate.core.errors import InvalidRequest
 
@@ -78,7 +83,12 @@ class Guard:
         if enrolments is not None and len(enrolments) != n:
             raise InvalidRequest(f"{len(enrolments)} enrolments for {n} stations")
         novelty = [self.rules.for_station(s).novelty for s in self.stations]
-        self.baselines = Baselines(enrolments or [None] * n, novelty)
+        rhythm = [self.rules.for_station(s).rhythm for s in self.stations]
+        self.baselines = Baselines(enrolments or [None] * n, novelty, rhythm)
+        # the envelope's rhythm, only when some station's rule and enrolment use it
+        self.rhythm = Rhythm(n) if self.baselines.rhythm_clause else None
+        self._envelope = np.zeros((n, len(CREST_BANDS), N_SUB), np.float32)
+        self._rhythmic = np.zeros(n, dtype=bool)  # the last window's rhythm hits
         self.sink = sink
         self.on_stop = on_stop
         self.before_publish = before_publish
@@ -93,6 +103,7 @@ class Guard:
         self.last_detector_scores = np.zeros(n, dtype=np.float32)  # the general detector's
         self.features_s = 0.0  # how long the last tick's features took
         self.infer_s = 0.0  # how long the last detector call took
+        self.rhythm_s = 0.0  # how long the last tick's rhythm took (0: no station uses it)
         self._kept = False
         self.warm_up()
 
@@ -121,6 +132,9 @@ class Guard:
             self.engine = RuleEngine(self.rules, self.stations)
             self.detector.reset()
             self.baselines.reset()
+            if self.rhythm is not None:
+                self.rhythm.reset()
+            self._rhythmic[:] = False
             self._ring.fill(0.0)
             self._slot[:] = 0
             self.last_scores[:] = 0.0
@@ -153,23 +167,29 @@ class Guard:
             raise InvalidRequest(f"windows must be ({len(idx)}, {HOP}), got {w.shape}")
         self._kept = False
         t0 = time.perf_counter()
-        feats = self.features(w)
+        env = None if self.rhythm is None else self._envelope[: len(idx)]
+        feats = self.features(w, env)
         t1 = time.perf_counter()
         general = self.detector.step(feats, None if every else idx)
-        self.infer_s = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        self.infer_s = t2 - t1
         self.features_s = t1 - t0
         base = self.baselines
         scores = base.adjust(feats, general, None if every else idx)
         novel = None
         if base.novelty_clause:
             novel = base.last_novel if every else base.last_novel[idx]
+        if self.rhythm is not None:  # the hits of the station's previous window
+            hit = self._rhythmic if every else self._rhythmic[idx]
+            novel = hit if novel is None else novel | hit
         decisions = self.engine.feed(scores, window_end_ts, None if every else idx, novel)
         self.last_detector_scores[idx] = general
         self.last_scores[idx] = scores
         stops = []
         for d in decisions:  # every stop of this tick is published before anything else
             now = self.clock()
-            rule = d.rule.describe(d.instant, d.novel)
+            own_rhythm = bool(np.isfinite(base.rhythm_threshold[d.index]))
+            rule = d.rule.describe(d.instant, d.novel, own_rhythm)
             msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, rule)
             ev = StopEvent(msg, self.topics[d.index], d.index, np.zeros(0, np.float32), now)
             if self.before_publish is not None:  # the ablation: explain before the stop
@@ -181,6 +201,11 @@ class Guard:
                 self.sink.publish(ev.topic, ev.message)
             stops.append(ev)
         self._keep(w, idx)
+        if self.rhythm is not None and env is not None:  # for the next window's decision
+            t3 = time.perf_counter()
+            rows = None if every else idx
+            self._rhythmic[idx] = base.rhythmic(self.rhythm.step(env, rows), rows)
+            self.rhythm_s = time.perf_counter() - t3
         stops = [replace(ev, clip=self.clip(ev.index)) for ev in stops]
         if self.on_stop is not None:
             for ev in stops:

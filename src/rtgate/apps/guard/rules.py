@@ -7,6 +7,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     n = 3
     instant = 0.995               # or at once on one window scoring >= instant (0: off)
     novelty = 0.0                 # enrolled stations: a window this novel is a hit (0: off)
+    rhythm = 0.0                  # enrolled stations: a rhythm this far over its own is a hit
     cooldown_s = 10.0             # no second stop from a station within this time
     topic = "rtgate/guard/{station}/stop"
 
@@ -40,7 +41,7 @@ from rtgate.core.errors import ConfigError, InvalidRequest
 __all__ = ["Decision", "Rule", "RuleEngine", "Rules"]
 
 _POPCOUNT = np.array([bin(i).count("1") for i in range(1 << 16)], dtype=np.int8)
-_FIELDS = {"threshold", "k", "n", "instant", "novelty", "cooldown_s", "topic", "name"}
+_FIELDS = {"threshold", "k", "n", "instant", "novelty", "rhythm", "cooldown_s", "topic", "name"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,14 @@ class Rule:
     the detector's score; 0 (the default) turns it off. It hears faults the detector is
     deaf to on machines unlike its training set, and anything else the station did not do
     while it was enrolled (another speed, a new noise): see docs/guard.md.
+
+    ``rhythm``: for a station whose enrolment measured its rhythm (``rhythm.py``), a window
+    whose rhythm statistic is at least this much over the highest of the healthy recording
+    (and at least ``baseline.RHYTHM_FLOOR``) is a hit as well; 0 (the default) turns it off.
+    A train of impacts in the high band the station never made while healthy.
+    ``baseline.RHYTHM_MARGIN`` (0.5) is the margin chosen on validation; it is off by default
+    because on validation it also added a false stop on machines like the training set and
+    on the outside set it changed nothing (docs/guard.md, Session 10).
     """
 
     threshold: float = 0.92
@@ -68,6 +77,7 @@ class Rule:
     n: int = 3
     instant: float = 0.995
     novelty: float = 0.0
+    rhythm: float = 0.0
     cooldown_s: float = 10.0
     topic: str = "rtgate/guard/{station}/stop"
     name: str = "default"
@@ -85,6 +95,9 @@ class Rule:
         nov = self.novelty
         if not (isinstance(nov, int | float) and (nov == 0 or 1.0 <= nov <= 1000.0)):
             raise ConfigError(f"novelty must be 0 (off) or in [1, 1000], got {nov!r}")
+        rh = self.rhythm
+        if not (isinstance(rh, int | float) and 0.0 <= rh <= 20.0):
+            raise ConfigError(f"rhythm must be 0 (off) or a margin in (0, 20], got {rh!r}")
         cd = self.cooldown_s
         if not (isinstance(cd, int | float) and math.isfinite(cd) and cd >= 0):
             raise ConfigError(f"cooldown_s must be a finite number >= 0, got {cd!r}")
@@ -99,14 +112,18 @@ class Rule:
         """The score that stops on one window (infinity when the clause is off)."""
         return max(self.instant, self.threshold) if self.instant else math.inf
 
-    def describe(self, instant: bool = False, novel: bool = False) -> str:
-        """The rule (its k-of-n clause, or with ``instant`` its one-window clause; with
-        ``novel`` the k-of-n clause with novelty hits) as it appears in a stop message."""
+    def describe(self, instant: bool = False, novel: bool = False, rhythm: bool = False) -> str:
+        """The rule (its k-of-n clause, or with ``instant`` its one-window clause) as it
+        appears in a stop message; with ``novel``, the k-of-n clause with the station's own
+        hits: novelty (when the rule has it) and, with ``rhythm`` (the station's enrolment
+        measured its rhythm), the rhythm."""
         if instant:
             return f"{self.name}: score>={self.instant_at:g} in 1 window"
         hit = f"score>={self.threshold:g}"
-        if novel:
+        if novel and self.novelty:
             hit += f" or novelty>={self.novelty:g}"
+        if novel and rhythm and self.rhythm:
+            hit += f" or rhythm>=own max+{self.rhythm:g}"
         return f"{self.name}: {hit} in {self.k} of {self.n} windows"
 
     def topic_for(self, station: str) -> str:
@@ -163,7 +180,7 @@ class Decision:
     window_end_ts: float
     rule: Rule
     instant: bool = False  # decided by the one-window clause (k of n not reached)
-    novel: bool = False  # k of n reached only with the station's novelty hits
+    novel: bool = False  # k of n reached only with the station's novelty or rhythm hits
 
     @property
     def topic(self) -> str:
@@ -198,7 +215,8 @@ class RuleEngine:
         novel: npt.ArrayLike | None = None,
     ) -> list[Decision]:
         """Add one window's score per station (``rows``: which stations; default all).
-        ``novel``: per station, whether the window is a novelty hit (see ``Rule.novelty``)."""
+        ``novel``: per station, whether the window is a novelty or rhythm hit (see
+        ``Rule.novelty`` and ``Rule.rhythm``)."""
         s = np.asarray(scores, dtype=np.float32).reshape(-1)
         idx = np.arange(len(self.stations)) if rows is None else np.asarray(rows, np.int64)
         if len(s) != len(idx):
