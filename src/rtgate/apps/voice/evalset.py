@@ -240,7 +240,9 @@ class _Voices:
         effects = ["tempo", "-s", f"{voice['tempo']:.3f}", "pitch", str(voice["cents"])]
         if voice["phone"]:
             effects += ["sinc", "300-3400"]
-        cmd = [_need("sox"), str(raw), "-r", str(RATE), "-c", "1", "-b", "16", str(out)]
+        # -R: sox dithers to 16 bits with a fresh random seed each run; repeatable mode
+        # makes the same seed the same audio (the join search reads the quiet stretches)
+        cmd = [_need("sox"), "-R", str(raw), "-r", str(RATE), "-c", "1", "-b", "16", str(out)]
         subprocess.run(cmd + effects, check=True, capture_output=True)
         return _trim(_read(out))
 
