@@ -108,3 +108,19 @@ def test_the_pause_validation_set_pauses_long_and_shares_no_sentence(tmp_path: P
     made = make(tmp_path, seed=3, calls=2, turns="val-pause")
     pauses = [p for c in made["calls"] for t in c["turns"] for p in t["pauses_s"]]
     assert pauses and all(0.5 <= p <= 1.0 for p in pauses)
+    assert made["render"] == "utterance"
+    for t in (t for c in made["calls"] for t in c["turns"]):
+        assert len(t["pauses_at_s"]) == len(t["pauses_s"])
+        pcm = read_wav(tmp_path / t["wav"])
+        for (a, b), gap in zip(t["pauses_at_s"], t["pauses_s"], strict=True):
+            assert b - a == pytest.approx(gap, abs=1e-3)
+            assert t["onset_s"] < a < b < t["end_s"]
+            inside = pcm[int(a * RATE) + 16 : int(b * RATE) - 16]  # only the line noise
+            assert 20 * np.log10(np.sqrt(np.mean(inside**2))) < -45.0
+
+
+def test_the_old_sets_parts_rendering_is_still_there(tmp_path: Path) -> None:
+    made = make(tmp_path, seed=3, calls=1, turns="val-pause", render="parts")
+    assert made["render"] == "parts"
+    with pytest.raises(ConfigError, match="render"):
+        make(tmp_path, calls=1, render="sung")

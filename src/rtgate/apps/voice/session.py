@@ -75,7 +75,9 @@ class VoiceConfig:
     # no fewer turns (0 of 34 either way) and was slower (first audio p95 615 vs 288 ms),
     # and the model costs 50-130 ms of CPU per scored pause here (docs/voice.md); on the
     # long-pause validation calls it told the pauses inside a turn from its end no better
-    # than chance (ROC AUC 0.39-0.45: each part is synthesised as a sentence of its own)
+    # than chance, with each part synthesised as a sentence of its own (ROC AUC 0.43-0.52)
+    # and with each turn spoken as one utterance, its pauses widened (0.36-0.56:
+    # eval/voice-val-pause2, `rtgate voice smart-turn-eval`)
     audio_turns: bool = False
     # prepare the answer (and its audio) at a short pause, speak it only on the turn's end,
     # drop it silently when the caller goes on (agent.py); off: answer from the final

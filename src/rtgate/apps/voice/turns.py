@@ -168,8 +168,10 @@ def voice_class(p_audio: float, rules: TurnRules) -> Voice:
 # ``clause`` the local model reads as unfinished waits the 1.2 s of the words alone: Smart
 # Turn read the 448 ms pause after "我家里的信号最近特别差" as done, 0.70-0.97, and on the
 # long-pause validation calls it scored 0.9-0.99 at a third of the pauses inside a turn,
-# where each part is synthesised on its own, docs/voice.md); a voice that goes on
-# waits past the pauses callers make between clauses (~1 s), except after a question, where
+# where each part is synthesised on its own, and ranked those pauses against the turns'
+# ends no better than chance with each turn spoken as one utterance, docs/voice.md); a
+# voice that goes on waits past the pauses callers make between clauses (~1 s), except
+# after a question, where
 # the words are near conclusive (Smart Turn reads some finished Mandarin questions as going
 # on: zh_plan 0.03-0.17, and "So I was wondering if you could tell me how much my last bill
 # was." 0.04-0.47, on the validation clips). Tuned on the validation clips only.
