@@ -111,7 +111,7 @@ def bench_abstention(
     sets: str | None = typer.Option(
         None,
         "--sets",
-        help="ask sets, comma-separated: tune, val, val2, val3, eval, eval2, eval3, eval4, "
+        help="ask sets, comma-separated: tune, train2, val, val2, val3, eval, eval2, eval3, eval4, "
         "or paths (default: tune,eval, or none with --asks)",
     ),
     asks: list[Path] = typer.Option(
