@@ -252,14 +252,14 @@ def test_asks_load_and_bad_lines_are_named(tmp_path: Path) -> None:
 def _learned_from(*, scope: bool) -> set[str]:
     """The normalised texts the judge, the intent classifier (and the scope classifier)
     learned from."""
-    from rtgate.domains.loader import DATA_DIR, load_corpus, training_asks
+    from rtgate.domains.loader import DATA_DIR, load_corpus
     from rtgate.tiers.textnorm import normalize
 
     seen = {normalize(a.text) for a in load_asks(DATA_DIR / "asks-tune.jsonl")}
     seen |= {normalize(e.text) for e in load_corpus()}
-    # the training asks: the intent classifiers learn their simple and multi-part asks,
-    # the scope models all of them
-    seen |= {normalize(a.text) for a in training_asks()}
+    # the training asks written for the scope models and the classifiers (not learned
+    # from yet: see docs/architecture.md), kept apart from every set as if they were
+    seen |= {normalize(a.text) for a in load_asks(DATA_DIR / "asks-train2.jsonl")}
     if scope:
         for name in ("scope-train.jsonl", "scope-e5-extra.jsonl"):  # e5: the semantic scope
             train = load_asks(DATA_DIR / name, kinds=("multi", "ood"))

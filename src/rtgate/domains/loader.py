@@ -14,9 +14,6 @@ answers from (:mod:`rtgate.domains.knowledge`); its intents are the keys of its 
 Optional beside them: ``judge.json``, the calibrated "can the fast path answer this?"
 model (:func:`load_judge`, fitted by ``rtgate intents judge`` on ``asks-tune.jsonl``),
 and ``asks-eval.jsonl``, asks it is measured on and never fitted to (:func:`load_asks`).
-``asks-train2.jsonl`` (:data:`TRAIN_ASKS`) holds asks written to be learned from
-(:func:`training_asks`): the intent classifiers and the familiarity read its simple and
-multi-part asks beside the corpus (:func:`training_examples`), the scope models all of it.
 """
 
 from __future__ import annotations
@@ -44,7 +41,6 @@ __all__ = [
     "GENERIC_JUDGE",
     "INTENTS",
     "TELECOM_DIR",
-    "TRAIN_ASKS",
     "Ask",
     "AskKind",
     "build_answers",
@@ -69,18 +65,12 @@ __all__ = [
     "semantic_scope_examples",
     "semantic_scope_path",
     "train_scope",
-    "training_asks",
-    "training_examples",
     "vocabulary",
 ]
 
 DATA_DIR = Path(__file__).parent / "cards"
 TELECOM_DIR = Path(__file__).parent / "telecom"
 GENERIC_JUDGE = Path(__file__).parent / "generic" / "judge.json"
-TRAIN_ASKS = "asks-train2.jsonl"
-"""Asks written to be learned from, in a domain's folder: long simple asks that carry the
-customer's situation, short and long out-of-domain asks in the domain's words, multi-part
-asks. None of them is in a tuning, validation or evaluation set."""
 """A judge that reads the text's complexity signals only (no domain): several parts,
 questions, conditions. Fitted by ``rtgate intents judge`` on the cards domain's tuning
 asks; used where no domain of its own is shipped (the voice agent's follow-ups)."""
@@ -124,27 +114,9 @@ def load_corpus(data_dir: Path = DATA_DIR) -> list[Example]:
     return load_examples(data_dir / "corpus.jsonl", intents=domain_intents(data_dir))
 
 
-def training_asks(data_dir: Path = DATA_DIR) -> list[Ask]:
-    """The domain's :data:`TRAIN_ASKS`, or none when it has no such file."""
-    path = data_dir / TRAIN_ASKS
-    return load_asks(path, intents=domain_intents(data_dir)) if path.exists() else []
-
-
-def training_examples(data_dir: Path = DATA_DIR) -> list[Example]:
-    """What an intent classifier learns beside the corpus: the training asks' simple asks
-    with their intent and their multi-part ones as ``complex`` (an out-of-domain ask has
-    no intent of the domain)."""
-    return [Example(a.text, a.intent or "complex", a.lang)
-            for a in training_asks(data_dir) if a.kind != "ood"]  # fmt: skip
-
-
 def corpus_digest(data_dir: Path = DATA_DIR) -> str:
-    """SHA-256 of the corpus file and the training asks: a trained model records the data
-    it learned from."""
-    h = hashlib.sha256((data_dir / "corpus.jsonl").read_bytes())
-    if (data_dir / TRAIN_ASKS).exists():
-        h.update((data_dir / TRAIN_ASKS).read_bytes())
-    return h.hexdigest()
+    """SHA-256 of the corpus file: a trained model records the corpus it learned from."""
+    return hashlib.sha256((data_dir / "corpus.jsonl").read_bytes()).hexdigest()
 
 
 def load_templates(data_dir: Path = DATA_DIR, **kwargs: Any) -> TemplateTable:
@@ -198,9 +170,8 @@ def train_classifier(
     data_dir: Path = DATA_DIR,
     embedder: Embedder | None = None,
 ) -> IntentClassifier | EmbeddingIntentClassifier:
-    """Train on ``examples`` (default: the whole corpus and the training asks'
-    :func:`training_examples`, recording their digest)."""
-    rows = load_corpus(data_dir) + training_examples(data_dir) if examples is None else examples
+    """Train on ``examples`` (default: the whole corpus, recording its digest)."""
+    rows = load_corpus(data_dir) if examples is None else examples
     model: IntentClassifier | EmbeddingIntentClassifier
     if kind == "ngram":
         model = IntentClassifier.train(rows)
@@ -290,17 +261,15 @@ def lead_in_variants(examples: Sequence[Example]) -> list[Example]:
 def scope_examples(data_dir: Path = DATA_DIR) -> list[Example]:
     """What the scope classifier learns from: the corpus's asks as ``simple`` (its
     ``complex`` ones as ``multi``), lead-in variants and two-intent joins made from them
-    (:func:`_augmented`), ``scope-train.jsonl``'s multi-part and out-of-domain asks, and
-    the training asks (:func:`training_asks`) of every kind; each with its prefixes that
-    can only be of its kind (every prefix of a simple ask, the last 40% of a multi-part or
-    out-of-domain one)."""
+    (:func:`_augmented`), and ``scope-train.jsonl``'s multi-part and out-of-domain asks;
+    each with its prefixes that can only be of its kind (every prefix of a simple ask,
+    the last 40% of a multi-part or out-of-domain one)."""
     corpus = load_corpus(data_dir)
     rows = [(e.text, "multi" if e.intent == "complex" else "simple") for e in corpus]
     rows += _augmented(corpus)
     path = data_dir / "scope-train.jsonl"
     if path.exists():
         rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
-    rows += [(a.text, a.kind) for a in training_asks(data_dir)]
     out: list[Example] = []
     for text, kind in rows:
         out.append(Example(text, kind, lang_of(text)))
@@ -322,7 +291,6 @@ def semantic_scope_examples(data_dir: Path = DATA_DIR) -> tuple[list[Example], l
         path = data_dir / name
         if path.exists():
             rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
-    rows += [(a.text, a.kind) for a in training_asks(data_dir)]
     out: list[Example] = []
     groups: list[int] = []
     for g, (text, kind) in enumerate(rows):
@@ -354,9 +322,9 @@ def scope_path(data_dir: Path = DATA_DIR) -> Path:
 
 def scope_digest(data_dir: Path = DATA_DIR) -> str:
     h = hashlib.sha256((data_dir / "corpus.jsonl").read_bytes())
-    for path in (data_dir / "scope-train.jsonl", data_dir / TRAIN_ASKS):
-        if path.exists():
-            h.update(path.read_bytes())
+    path = data_dir / "scope-train.jsonl"
+    if path.exists():
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -385,10 +353,9 @@ def load_generic_judge(path: Path = GENERIC_JUDGE) -> CalibratedJudge:
 
 
 def familiarity(classifier: IntentClassifier, data_dir: Path = DATA_DIR) -> Familiarity:
-    """How familiar an ask is to the domain: its corpus and training asks (but the
-    ``complex`` ones) read through ``classifier``."""
-    rows = load_corpus(data_dir) + training_examples(data_dir)
-    texts = [e.text for e in rows if e.intent != "complex"]
+    """How familiar an ask is to the domain: its corpus (but the ``complex`` asks) read
+    through ``classifier``."""
+    texts = [e.text for e in load_corpus(data_dir) if e.intent != "complex"]
     return Familiarity(classifier, texts)
 
 

@@ -60,7 +60,6 @@ from rtgate.domains.loader import (
     load_judge,
     load_semantic_scope,
     load_templates,
-    training_examples,
 )
 from rtgate.gate import Gate, GateConfig
 from rtgate.gate.inprocess_queue import InProcessQueue
@@ -160,13 +159,12 @@ def check_prefix(prefix: Any) -> str:
 
 
 def build_reader(examples: Sequence[Example] | None = None) -> Reader:
-    """The classifier (trained now, ~1-2 s, on the examples, lead-in variants of a third
-    of them and the domain's training asks) and the candidate pool of the domain (the
-    examples and the templates' suggestions)."""
+    """The classifier (trained now, ~1-2 s, on the examples and lead-in variants of a
+    third of them) and the candidate pool of the domain."""
     rows = list(examples) if examples is not None else load_corpus()
     table = load_templates()
     extra = [(c.text, c.intent) for t in table.templates for c in t.candidates]
-    learn = rows + lead_in_variants(rows) + training_examples()
+    learn = rows + lead_in_variants(rows)
     classifier = IntentClassifier.train(learn, ngram=(1, 4), c=0.3, prefix_weight=0.3)
     return Reader(classifier, CandidatePool(rows, extra))
 
