@@ -207,7 +207,10 @@ class CalibratedJudge:
         bar = self.threshold
         if request.meta.get("pause") and self.pause_threshold is not None:
             bar = self.pause_threshold
-        return Verdict(p, bar, tuple(reasons), self.vetoes(x))
+        vetoed = self.vetoes(x)
+        if vetoed:
+            reasons.insert(0, "scope bar reached")
+        return Verdict(p, bar, tuple(reasons), vetoed)
 
     def vetoes(self, x: Sequence[float]) -> bool:
         """Whether inputs ``x`` reach a scope bar (see the class docstring)."""

@@ -7,8 +7,10 @@ import math
 from pathlib import Path
 
 from rtgate.apps.autocomplete.abstention import (
+    CAUSES,
     Row,
     ask_set,
+    cause_of,
     evaluate,
     fit,
     fit_generic,
@@ -135,3 +137,35 @@ def test_an_unknown_ask_set_is_a_clear_error() -> None:
 def test_an_ask_set_may_be_a_file(tmp_path: Path) -> None:
     path = _asks_file(tmp_path)
     assert ask_set(str(path)) == path and ask_set("val2").name == "asks-val2.jsonl"
+
+
+def test_the_cause_of_a_cloud_job_is_read_from_the_trace() -> None:
+    def trace(abstained: str | None = None, *attempts: tuple[str, str, str]) -> dict[str, object]:
+        rows = [{"tier": t, "outcome": o, "detail": d} for t, o, d in attempts]
+        return {"abstained": abstained, "attempts": rows, "degraded": None}
+
+    vetoed = "local not trusted alone (p=0.40 >= 0.09 (vetoed): scope bar reached, 3 clauses)"
+    assert cause_of(trace(vetoed)) == "scope_bar"
+    assert cause_of(trace("local not trusted alone (p=0.05 < 0.09: 2 intents)")) == "judge"
+    semantic = "local not trusted alone (p=0.95 >= 0.09 (vetoed): semantic scope 0.91)"
+    assert cause_of(trace(semantic)) == "semantic"
+    complex_ = ("local", "declined", "local: a complex ask (p=0.80)")
+    assert cause_of(trace(None, complex_)) == "declined_complex"
+    unknown = ("local", "declined", "local: unknown ask (p=0.10)")
+    assert cause_of(trace(None, unknown)) == "declined_unknown"
+    assert cause_of(trace(None, ("template", "declined", ""), ("local", "cut_off", ""))) == "budget"
+    assert cause_of(trace(None, ("local", "skipped", "40.0 ms left"))) == "budget"
+
+
+async def test_evaluate_says_why_each_delegated_ask_went(
+    reader: Reader, gated: BackgroundOnly
+) -> None:
+    async with engine_with(reader, cloud=gated) as engine:
+        report = await evaluate(engine, [SIMPLE, MULTI], per_ask=True)
+    causes = report["zh"]["by_cause"]
+    assert causes["simple"] == {} and sum(causes["multi"].values()) == 1
+    (cause,) = causes["multi"]
+    assert cause.split("@")[0] in CAUSES
+    multi = report["asks"][1]
+    assert multi["cause"] == cause and MULTI.text.startswith(multi["by_prefix"])
+    assert report["asks"][0]["cause"] is None and report["asks"][0]["by_prefix"] is None

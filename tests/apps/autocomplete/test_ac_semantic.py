@@ -48,7 +48,7 @@ class FakeScope:
 def _watch(scope: FakeScope, **kw: int) -> tuple[SemanticWatch, list[tuple[str, str, float]]]:
     told: list[tuple[str, str, float]] = []
 
-    async def tell(session: str, prefix: str, p: float) -> None:
+    async def tell(session: str, prefix: str, p: float, pause: bool) -> None:
         told.append((session, prefix, p))
 
     return SemanticWatch(scope, tell, **kw), told  # type: ignore[arg-type]
@@ -138,14 +138,26 @@ def test_a_fast_answer_trusted_enough_overrules_the_semantic_check() -> None:
         def judge(self, request: Request, piece: Piece | None) -> Verdict:
             return Verdict(self.p, 0.4, ("x",), vetoed=self.vetoed)
 
-    out = Request(input="pay bill", meta={"semantic_out": 0.95})
-    sure = SemanticVeto(Inner(0.99), FakeScope(), overrule=0.97)  # type: ignore[arg-type]
-    v = sure.judge(out, None)
-    assert v.answerable and v.reasons[-1] == "semantic scope 0.95 overruled"
-    # below the bar, or already vetoed by the inner judge: the veto stands
-    for inner in (Inner(0.96), Inner(0.99, vetoed=True)):
-        v = SemanticVeto(inner, FakeScope(), overrule=0.97).judge(out, None)  # type: ignore[arg-type]
-        assert v.vetoed and not v.answerable
+    def veto(p_right: float, p_out: float, *, pause: bool, inner_vetoed: bool = False) -> bool:
+        meta = {"semantic_out": p_out, **({"pause": True} if pause else {})}
+        check = SemanticVeto(Inner(p_right, inner_vetoed), FakeScope(), overrule=0.97)  # type: ignore[arg-type]
+        v = check.judge(Request(input="pay bill", meta=meta), None)
+        assert v.reasons[-1].startswith(f"semantic scope {p_out:.2f}")
+        assert v.reasons[-1].endswith("overruled") == (not v.vetoed)
+        return v.vetoed
+
+    # at the pause: the judge must reach the bar, and be the surer of the two
+    assert not veto(0.99, 0.95, pause=True)
+    assert veto(0.96, 0.95, pause=True)  # under the bar
+    assert veto(0.99, 0.95, pause=True, inner_vetoed=True)  # the inner judge vetoed
+    assert veto(0.98, 0.995, pause=True)  # "放首歌": the check is the surer
+    # a prefix still being typed: the surer of the two wins, whatever the bar
+    assert not veto(0.96, 0.95, pause=False) and not veto(0.6, 0.55, pause=False)
+    assert veto(0.6, 0.9, pause=False) and veto(0.99, 0.995, pause=False)
+    assert veto(0.99, 0.95, pause=False, inner_vetoed=True)
+    # no overrule at all
+    off = SemanticVeto(Inner(1.0), FakeScope(), overrule=None)  # type: ignore[arg-type]
+    assert off.judge(Request(input="pay bill", meta={"semantic_out": 0.9}), None).vetoed
 
 
 def test_a_scope_model_round_trips(tmp_path: object) -> None:
@@ -237,3 +249,21 @@ async def test_a_short_out_of_domain_ask_is_read_at_the_pause(reader: Reader) ->
         await engine.settle()
         assert paused.job_id is not None or late  # the judge, or the check after it
         cloud.release.set()
+
+
+async def test_the_watch_says_whether_a_vetoed_prefix_came_at_a_pause() -> None:
+    told: list[tuple[str, bool]] = []
+
+    async def tell(session: str, prefix: str, p: float, pause: bool) -> None:
+        told.append((prefix, pause))
+
+    watch = SemanticWatch(FakeScope(), tell)  # type: ignore[arg-type]
+    watch.start()
+    try:
+        watch.submit("s", "weather in ", pause=False)
+        await watch.settle()
+        watch.submit("s", "weather in paris", pause=True)
+        await watch.settle()
+    finally:
+        await watch.aclose()
+    assert told == [("weather in ", False), ("weather in paris", True)]

@@ -15,7 +15,9 @@ ask at the pause: :meth:`~rtgate.apps.autocomplete.engine.AutocompleteEngine.may
 - **Per ask** (the goals): a multi-part or out-of-domain ask *reached the big model* when
   any of its prefixes started a cloud job; a simple ask *stayed on the fast path* when
   none did. Top-3 intent is over the simple asks' prefixes (≥ 2 units, the whole ask
-  excluded, as in ``rtgate bench autocomplete``).
+  excluded, as in ``rtgate bench autocomplete``). Each delegated ask is put down to the
+  cause of its first cloud job (:func:`cause_of`, read from the trace), typed or at the
+  pause: ``by_cause`` per kind and language.
 
 The threshold is chosen on the tuning asks from out-of-fold predictions (5 folds, by
 ask): the highest share of complex asks delegated with at least ``min_fast`` of the
@@ -30,7 +32,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,8 +70,10 @@ from rtgate.tiers.textnorm import normalize
 
 __all__ = [
     "ASK_SETS",
+    "CAUSES",
     "Row",
     "ask_set",
+    "cause_of",
     "collect",
     "delegable",
     "evaluate",
@@ -83,6 +88,7 @@ __all__ = [
 
 ASK_SETS = {
     "tune": DATA_DIR / "asks-tune.jsonl",  # the judge is fitted on these
+    "train2": DATA_DIR / "asks-train2.jsonl",  # written to be learned from (not yet)
     "val": DATA_DIR / "asks-val.jsonl",  # written with the tuning asks, never fitted on
     "val2": DATA_DIR / "asks-val2.jsonl",  # short and near-domain asks, validation only
     "val3": DATA_DIR / "asks-val3.jsonl",  # written blind, validation (semantic_overrule)
@@ -99,6 +105,42 @@ BAR_GRID = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, _OFF)
 # the semantic check's bars tried by :func:`fit_neighbours`
 SCOPE_BAR_GRID = tuple(k / 100.0 for k in range(30, 100))
 _LATE = 0.6  # share of a complex ask after which its prefix is labelled "not answerable"
+# why a prefix started a cloud job (:func:`cause_of`), in the order they are checked
+CAUSES = ("scope_bar", "judge", "semantic", "declined_complex", "declined_unknown",
+          "budget", "other")  # fmt: skip
+_BELOW = re.compile(r"\(p=\S+ < ")
+
+
+def cause_of(trace: Mapping[str, Any]) -> str:
+    """Why the answer whose ``trace`` (:meth:`~rtgate.core.trace.Trace.to_dict`) carries a
+    cloud job started it, one of :data:`CAUSES`:
+
+    - ``scope_bar``: the judge's scope bars vetoed the fast answer (whatever ``p`` said);
+    - ``judge``: the judge's ``p_right`` was under its threshold;
+    - ``semantic``: the semantic scope check vetoed it (not overruled);
+    - ``declined_complex`` / ``declined_unknown``: the local tier declined a long prefix it
+      read as complex, or did not recognise, and nothing else answered;
+    - ``budget``: no fast tier answered within the budget (cut off, or skipped as too slow);
+    - ``other``: anything else (e.g. no candidates at all).
+    """
+    why = str(trace.get("abstained") or "")
+    if why:
+        if "scope bar reached" in why:
+            return "scope_bar"
+        if _BELOW.search(why):
+            return "judge"
+        return "semantic" if "semantic scope" in why else "other"
+    local = [a for a in trace.get("attempts", []) if a.get("tier") in FAST]
+    if any(a.get("outcome") in ("cut_off", "skipped", "too_slow") for a in local):
+        return "budget"
+    if not local and "budget" in str(trace.get("degraded") or ""):
+        return "budget"
+    detail = " ".join(str(a.get("detail", "")) for a in local if a.get("outcome") == "declined")
+    if "complex ask" in detail:
+        return "declined_complex"
+    if "unknown ask" in detail:
+        return "declined_unknown"
+    return "other"
 
 
 @dataclass(slots=True)
@@ -346,7 +388,8 @@ async def evaluate(
     per_ask: bool = False,
 ) -> dict[str, Any]:
     """The goals on ``asks`` through ``engine.complete`` (the path a user's box takes);
-    ``per_ask``: also each ask's outcome (``asks``: text, kind, lang, delegated)."""
+    ``per_ask``: also each ask's outcome (``asks``: text, kind, lang, delegated, and
+    when delegated the cause and the prefix that started the first cloud job)."""
     lex = lexicon(e.text for e in load_corpus())
     judge = engine.gate.judge
     went: dict[int, bool] = {}
@@ -355,6 +398,8 @@ async def evaluate(
     hits = n_top = over = pauses = paused_jobs = 0
     lat: list[float] = []
     late: list[str] = []  # cloud jobs the semantic check started after a fast answer
+    cause: dict[int, str] = {}  # each delegated ask: why its first cloud job started
+    trigger: dict[int, str] = {}  # and the prefix that started it
 
     def calibrate(ask: Ask, prefix: str, trace: dict[str, Any], pause: bool = False) -> None:
         """A reliability row for a judged prefix that may be delegated and is labelled."""
@@ -380,12 +425,16 @@ async def evaluate(
             over += res.elapsed_ms > budget_ms
             if res.job_id is not None:
                 jobs.append(res.job_id)
+                cause.setdefault(i, cause_of(res.trace))
+                trigger.setdefault(i, prefix)
             # a person types a key every ~100-300 ms; the semantic check (10-50 ms) of a
             # word's end is done before the next key
             await engine.settle()
             if late:
                 jobs.extend(late)
                 late.clear()
+                cause.setdefault(i, "semantic")
+                trigger.setdefault(i, prefix)
             if jobs:
                 went[i] = True
             shown = [
@@ -404,6 +453,11 @@ async def evaluate(
             over += res.elapsed_ms > budget_ms
             await engine.settle()
             calibrate(ask, keys[-1], res.trace, pause=True)
+            if res.job_id is not None:
+                cause.setdefault(i, cause_of(res.trace) + "@pause")
+            elif late:
+                cause.setdefault(i, "semantic@pause")
+            trigger.setdefault(i, keys[-1])
             jobs.extend([*late, *([res.job_id] if res.job_id is not None else [])])
             late.clear()
             pauses += 1
@@ -421,13 +475,19 @@ async def evaluate(
             share = sum(went.get(k, False) for k in idx) / max(1, len(idx))
             block[kind] = {"n": len(idx), "delegated": round(share, 4)}
         block.update({k: round(v, 4) for k, v in _shares(asks, went, part).items()})
+        block["by_cause"] = {
+            kind: _count(cause[k] for k in part if asks[k].kind == kind and went.get(k, False))
+            for kind in ("simple", "multi", "ood")
+        }
         out[lang] = block
     out["simple_top3"] = round(hits / max(1, n_top), 4)
     out["simple_prefixes"] = n_top
     out["pauses"] = {"n": pauses, "delegated": paused_jobs}
     if per_ask:
         out["asks"] = [{"text": a.text, "kind": a.kind, "lang": a.lang,
-                        "delegated": went.get(k, False)} for k, a in enumerate(asks)]  # fmt: skip
+                        "delegated": went.get(k, False), "cause": cause.get(k),
+                        "by_prefix": trigger.get(k) if went.get(k, False) else None}
+                       for k, a in enumerate(asks)]  # fmt: skip
     out["over_budget"] = over
     out["p99_ms"] = round(pct(lat, 99), 3)
     snap = engine.snapshot()["semantic"]
@@ -440,6 +500,14 @@ async def evaluate(
             "reliability": reliability(probs, ys),
         }
     return out
+
+
+def _count(causes: Iterable[str]) -> dict[str, int]:
+    """How many asks each cause sent to the big model, most first."""
+    tally: dict[str, int] = {}
+    for c in causes:
+        tally[c] = tally.get(c, 0) + 1
+    return dict(sorted(tally.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def run_sets(

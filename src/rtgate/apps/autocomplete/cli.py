@@ -111,7 +111,7 @@ def bench_abstention(
     sets: str | None = typer.Option(
         None,
         "--sets",
-        help="ask sets, comma-separated: tune, val, val2, val3, eval, eval2, eval3, eval4, "
+        help="ask sets, comma-separated: tune, train2, val, val2, val3, eval, eval2, eval3, eval4, "
         "or paths (default: tune,eval, or none with --asks)",
     ),
     asks: list[Path] = typer.Option(
@@ -145,6 +145,13 @@ def bench_abstention(
             f"top-3 {r['simple_top3']:.1%}, ECE {cal.get('ece', float('nan')):.3f}, p99 "
             f"{r['p99_ms']:.1f} ms, over budget {r['over_budget']}"
         )
+        for lang in ("zh", "en"):
+            b = r[lang]
+            why = ", ".join(f"{k} {v}" for k, v in b["by_cause"]["simple"].items()) or "none"
+            console.print(
+                f"  {lang}: complex delegated {b['complex_delegated']:.1%}, simple kept fast "
+                f"{b['simple_fast']:.1%} ({b['simple']['n']}); simple delegated by: {why}"
+            )
     if plot is None and json_file is not None:
         plot = json_file.with_suffix(".png")
     bins = {n: r["calibration"]["reliability"] for n, r in report.items() if "calibration" in r}

@@ -118,7 +118,8 @@ class EngineConfig:
     judge: bool = True  # the domain's judge decides whether a fast answer can stand alone
     semantic: bool = True  # with the judge: the semantic scope check, in the background
     semantic_sessions: int = 64  # sessions whose prefix may wait for it (then: dropped)
-    # a fast answer the judge trusts at least this much stands against the semantic check
+    # a fast answer the judge trusts at least this much (and more than the semantic check
+    # distrusts it) stands against the semantic check
     semantic_overrule: float | None = 0.99
     semantic_threads: int = 1  # the embedding engine's threads (one core left to the loop)
 
@@ -428,13 +429,15 @@ class AutocompleteEngine:
             # ``deep``: the big model's answer; served again from the cache, it is not judged
             await self.cache.put(prefix, job.text, {**job.data[0], "deep": True})
 
-    async def _start_late(self, session: str, prefix: str, p_out: float) -> None:
+    async def _start_late(self, session: str, prefix: str, p_out: float, pause: bool) -> None:
         """The semantic check vetoed ``prefix`` after its fast answer: start its cloud job
-        (the fast tiers answer again, ~1 ms, and the veto sends it on) and tell the session."""
+        (the fast tiers answer again, ~1 ms, and the veto sends it on unless the judge
+        overrules it) and tell the session. ``pause``: ``prefix`` is the whole ask."""
         tell = self._on_late.get(session)
         if tell is None:
             return
-        request = Request(input=prefix, delegate=True, meta={"semantic_out": p_out})
+        meta: dict[str, Any] = {"semantic_out": p_out, **({"pause": True} if pause else {})}
+        request = Request(input=prefix, delegate=True, meta=meta)
         res = await self.gate.answer(request, 150.0)
         if res.job_id is None:
             return

@@ -30,7 +30,7 @@ from rtgate.tiers.semantic_scope import SemanticScope
 
 __all__ = ["SemanticVeto", "SemanticWatch"]
 
-OnOutOfScope = Callable[[str, str, float], Awaitable[None]]
+OnOutOfScope = Callable[[str, str, float, bool], Awaitable[None]]
 
 
 class SemanticVeto:
@@ -39,8 +39,16 @@ class SemanticVeto:
     multi-part or out-of-domain (the engine only sets it when ``scope`` vetoes).
 
     ``overrule``: a fast answer the inner judge trusts at least this much (``p_right``)
-    stands against the semantic check: a short in-domain ask ("pay bill") may sit near
-    out-of-domain examples in the embedding while its intent is plain to the classifier."""
+    stands against the semantic check at the pause (``meta["pause"]``: the whole ask): a
+    short in-domain ask ("pay bill") may sit near out-of-domain examples in the embedding
+    while its intent is plain to the classifier. Both are probabilities, so the surer one
+    wins: the overrule holds only while ``p_right`` is at least the check's own
+    out-of-scope probability ("放首歌", play a song: the judge 0.996 sure of a fast answer,
+    the check 0.998 sure it is out of the domain). A prefix still being typed is not the
+    ask yet (the pause reads the whole of it again), so there the surer one wins at any
+    ``p_right``: the check's veto of a typed prefix stands only when it is surer that the
+    prefix is out of scope than the judge is that the fast answer is right. ``None``: no
+    overrule, typed or at the pause."""
 
     def __init__(
         self, inner: Judge | None, scope: SemanticScope, *, overrule: float | None = None
@@ -55,7 +63,9 @@ class SemanticVeto:
         p_out = request.meta.get("semantic_out")
         if p_out is None:
             return v
-        if self.overrule is not None and not v.vetoed and v.p_right >= self.overrule:
+        floor = self.overrule if request.meta.get("pause") or self.overrule is None else 0.0
+        sure = floor is not None and v.p_right >= max(floor, float(p_out))
+        if sure and not v.vetoed:
             why = (*v.reasons, f"semantic scope {float(p_out):.2f} overruled")
             return Verdict(v.p_right, v.threshold, why)
         why = (*v.reasons, f"semantic scope {float(p_out):.2f}")
@@ -67,8 +77,9 @@ class SemanticWatch:
 
     Args:
         scope: the semantic scope model (blocking; run in a worker thread).
-        on_out_of_scope: ``await on_out_of_scope(session, prefix, p)`` when ``prefix`` is
-            still its session's newest and ``scope`` vetoes it.
+        on_out_of_scope: ``await on_out_of_scope(session, prefix, p, pause)`` when
+            ``prefix`` is still its session's newest and ``scope`` vetoes it (``pause``: it
+            was submitted at a pause).
         max_sessions: sessions that may wait at once.
         cache_size: texts whose reading is remembered.
     """
@@ -165,7 +176,7 @@ class SemanticWatch:
             if self.scope.vetoes(p, pause=pause) and self._latest.get(session) == prefix:
                 self.vetoed += 1
                 try:
-                    await self.on_out_of_scope(session, prefix, p)
+                    await self.on_out_of_scope(session, prefix, p, pause)
                 except Exception:
                     pass
 
