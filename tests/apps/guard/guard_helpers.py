@@ -1,4 +1,5 @@
-"""Helpers for the guard tests: a recording MQTT subscriber and a private broker."""
+"""Helpers for the guard tests: a recording MQTT subscriber, a private broker, a recording
+sink and the real detector with its scores pinned."""
 
 from __future__ import annotations
 
@@ -11,8 +12,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
+
+from rtgate.apps.guard.detector import Detector
+from rtgate.apps.guard.events import StopMessage
 
 SHARED_BROKER = ("127.0.0.1", 1883)
 
@@ -98,3 +104,28 @@ class PrivateBroker:
             self.proc.terminate()
             self.proc.wait(5)
             self.proc = None
+
+
+class PinnedScore(Detector):
+    """The real detector (its features, state and shapes), but every window scores ``score``:
+    1.0 makes each tick decide stops, 0.0 leaves only the rules' own clauses to stop."""
+
+    def __init__(self, n: int, score: float) -> None:
+        super().__init__(n_streams=n)
+        self.score = score
+        self.calls = 0
+
+    def step(self, features: npt.ArrayLike, rows: npt.ArrayLike | None = None) -> Any:
+        self.calls += 1
+        return np.full_like(super().step(features, rows), self.score)
+
+
+class RecordingSink:
+    """A stop sink that keeps every message it is given, in order."""
+
+    def __init__(self) -> None:
+        self.got: list[StopMessage] = []
+
+    def publish(self, topic: str, msg: StopMessage) -> int:
+        self.got.append(msg)
+        return len(self.got)

@@ -3,42 +3,19 @@ handed on, no cool-down, no recurrent state, no audio in the clips."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-import numpy.typing as npt
 
 from rtgate.apps.guard.detector import Detector
-from rtgate.apps.guard.events import StopEvent, StopMessage
+from rtgate.apps.guard.events import StopEvent
 from rtgate.apps.guard.features import HOP, WindowFeatures
 from rtgate.apps.guard.pipeline import Guard
 from rtgate.apps.guard.rules import Rule, Rules
 from rtgate.apps.guard.simulate import Clip
-
-
-class AlwaysFault(Detector):
-    """The real detector, but every window scores 1: each warm-up tick decides stops."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__(n_streams=n)
-        self.calls = 0
-
-    def step(self, features: npt.ArrayLike, rows: npt.ArrayLike | None = None) -> Any:
-        self.calls += 1
-        return np.ones_like(super().step(features, rows))
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.got: list[StopMessage] = []
-
-    def publish(self, topic: str, msg: StopMessage) -> int:
-        self.got.append(msg)
-        return len(self.got)
+from tests.apps.guard.guard_helpers import PinnedScore, RecordingSink
 
 
 def test_warm_up_decides_nothing_that_leaves_the_guard() -> None:
-    det, sink = AlwaysFault(2), Sink()
+    det, sink = PinnedScore(2, 1.0), RecordingSink()
     handed: list[object] = []
     rules = Rules(Rule(cooldown_s=3600.0))  # a stop during warm-up would mute the station
     guard = Guard(["A", "B"], rules, sink, detector=det, on_stop=handed.append)

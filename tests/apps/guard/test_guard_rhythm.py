@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,14 +19,14 @@ from rtgate.apps.guard.baseline import (
     Enrolment,
     EnrolmentStore,
 )
-from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.enrol import Recording, Source, rhythm_range
-from rtgate.apps.guard.events import StopEvent, StopMessage
+from rtgate.apps.guard.events import StopEvent
 from rtgate.apps.guard.features import CREST_BANDS, HOP, N_FEATURES, N_SUB, RATE, WindowFeatures
 from rtgate.apps.guard.pipeline import Guard
 from rtgate.apps.guard.rhythm import WINDOWS, Rhythm, comb_statistic
 from rtgate.apps.guard.rules import Rule, Rules
 from rtgate.core.errors import ConfigError, InvalidRequest
+from tests.apps.guard.guard_helpers import PinnedScore, RecordingSink
 
 F64 = npt.NDArray[np.float64]
 N = WINDOWS * HOP
@@ -181,25 +180,6 @@ def test_files_keep_the_range_and_old_ones_load_without_it(tmp_path: Path) -> No
         store.load("C")
 
 
-class NeverFault(Detector):
-    """The real detector, but every window scores 0: only the station's own hits stop."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__(n_streams=n)
-
-    def step(self, features: npt.ArrayLike, rows: npt.ArrayLike | None = None) -> Any:
-        return np.zeros_like(super().step(features, rows))
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.got: list[StopMessage] = []
-
-    def publish(self, topic: str, msg: StopMessage) -> int:
-        self.got.append(msg)
-        return len(self.got)
-
-
 def test_the_guard_stops_an_enrolled_station_on_a_rhythm_it_never_had() -> None:
     rng = np.random.default_rng(11)
     seconds = 1.0
@@ -207,14 +187,14 @@ def test_the_guard_stops_an_enrolled_station_on_a_rhythm_it_never_had() -> None:
     noise = (0.02 * _band_noise(rng, 200, 7900, n)).astype(np.float32)
     train = (noise + 0.02 * _impacts(120.0, n)).astype(np.float32)
     enrolled = _enrolment("A", {"max": 3.0})
-    sink = Sink()
+    sink = RecordingSink()
     stations = ["A", "B", "C"]  # B: no enrolment; C: its rule turns the clause off
     rules = Rules(Rule(rhythm=RHYTHM_MARGIN), {"C": Rule(name="C")})
     guard = Guard(
         stations,
         rules,
         sink,
-        detector=NeverFault(3),
+        detector=PinnedScore(3, 0.0),
         enrolments=[enrolled, None, _enrolment("C", {"max": 3.0})],
     )
     assert guard.rhythm is not None
@@ -230,9 +210,9 @@ def test_the_guard_stops_an_enrolled_station_on_a_rhythm_it_never_had() -> None:
     assert stops[0].message.window_end_ts - seconds <= 0.3  # the ring fills in 0.2 s
     assert guard.rhythm_s > 0.0
 
-    plain = Guard(["A"], Rules(), detector=NeverFault(1), enrolments=[enrolled])
+    plain = Guard(["A"], Rules(), detector=PinnedScore(1, 0.0), enrolments=[enrolled])
     assert plain.rhythm is None  # the clause is off by default: nothing computed
-    old = Guard(["A"], rules, detector=NeverFault(1), enrolments=[_enrolment("A")])
+    old = Guard(["A"], rules, detector=PinnedScore(1, 0.0), enrolments=[_enrolment("A")])
     assert old.rhythm is None  # no station measured its rhythm: nothing computed
 
 
