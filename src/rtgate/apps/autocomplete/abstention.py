@@ -96,6 +96,7 @@ ASK_SETS = {
     "eval2": DATA_DIR / "asks-eval2.jsonl",  # held out, written blind, measured once
     "eval3": DATA_DIR / "asks-eval3.jsonl",  # held out, written blind, measured once
     "eval4": DATA_DIR / "asks-eval4.jsonl",  # held out, written blind (session 9)
+    "eval5": DATA_DIR / "asks-eval5.jsonl",  # held out, written blind (session 10)
 }
 FAST = ("template", "cache", "local")
 Bars = tuple[float, float]
