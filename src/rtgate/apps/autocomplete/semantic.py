@@ -63,8 +63,10 @@ class SemanticVeto:
         p_out = request.meta.get("semantic_out")
         if p_out is None:
             return v
-        floor = self.overrule if request.meta.get("pause") or self.overrule is None else 0.0
-        sure = floor is not None and v.p_right >= max(floor, float(p_out))
+        sure = False
+        if self.overrule is not None:  # typed: the surer one wins; at the pause: >= overrule
+            floor = self.overrule if request.meta.get("pause") else 0.0
+            sure = v.p_right >= max(floor, float(p_out))
         if sure and not v.vetoed:
             why = (*v.reasons, f"semantic scope {float(p_out):.2f} overruled")
             return Verdict(v.p_right, v.threshold, why)

@@ -56,7 +56,7 @@ N_MELS = 40
 CREST_BANDS = ((2000.0, 3500.0), (3500.0, 5500.0), (5500.0, 8000.0))
 N_FEATURES = N_MELS + 2 * len(CREST_BANDS)
 _SUB = 10  # samples per envelope sub-frame (0.625 ms)
-N_SUB = _N_SUB = HOP // _SUB  # envelope sub-frames per window
+N_SUB = HOP // _SUB  # envelope sub-frames per window
 _LAGS = range(3, 25)  # envelope autocorrelation lags, in sub-frames
 _BLOCK = 256  # windows per pass: bounds the work arrays of a long file
 F32 = npt.NDArray[np.float32]
@@ -121,16 +121,16 @@ class _Scratch:
         self.weighted = np.empty((n, nb), np.float32)
         self.band_spec = np.zeros((n, bands, nb), np.complex64)
         self.band = np.empty((n, bands, HOP), np.float32)
-        self.e = np.empty((n, bands, _N_SUB), np.float32)
-        self.e_t = np.empty((_N_SUB, n, bands), np.float32)  # sub-frame first: fast max
-        self.d = np.empty((n, bands, _N_SUB), np.float32)
+        self.e = np.empty((n, bands, N_SUB), np.float32)
+        self.e_t = np.empty((N_SUB, n, bands), np.float32)  # sub-frame first: fast max
+        self.d = np.empty((n, bands, N_SUB), np.float32)
         self.mean = np.empty((n, bands), np.float32)
         self.peak = np.empty((n, bands), np.float32)
         # envelope rows padded with zeros past the end; ``lagged[r, t, j]`` is the value at
         # ``t + _LAGS[j]`` (0 beyond the window), a view, so one einsum gives every lag
-        self.pad = np.zeros((n * bands, _N_SUB + _LAGS.stop - 1), np.float32)
+        self.pad = np.zeros((n * bands, N_SUB + _LAGS.stop - 1), np.float32)
         self.lagged = sliding_window_view(self.pad, len(_LAGS), axis=1)[
-            :, _LAGS.start : _LAGS.start + _N_SUB
+            :, _LAGS.start : _LAGS.start + N_SUB
         ]
         self.ac = np.empty((len(_LAGS), n * bands), np.float32)  # lag first: fast max
         self.ac_max = np.empty(n * bands, np.float32)
@@ -172,7 +172,7 @@ class WindowFeatures:
         for lo, hi in CREST_BANDS:
             k = np.flatnonzero((f >= lo) & (f < hi))
             self._bands.append((int(k[0]), int(k[-1]) + 1))  # contiguous bins
-        self._lag_len = np.array([_N_SUB - k for k in _LAGS], np.float32)
+        self._lag_len = np.array([N_SUB - k for k in _LAGS], np.float32)
         self._local = threading.local()
 
     def _scratch(self, n: int) -> _Scratch:
@@ -251,7 +251,7 @@ class WindowFeatures:
         np.fft.irfft(band_spec, n=HOP, axis=2, out=band)  # type: ignore[arg-type]
         np.square(band, out=band)
         e = s.e[:n]
-        np.einsum("nbsk->nbs", band.reshape(n, nb, _N_SUB, _SUB), out=e)
+        np.einsum("nbsk->nbs", band.reshape(n, nb, N_SUB, _SUB), out=e)
         return e
 
     @staticmethod
@@ -260,7 +260,7 @@ class WindowFeatures:
         n = len(e)
         mean, peak, e_t = s.mean[:n], s.peak[:n], s.e_t[:, :n]
         np.einsum("nbs->nb", e, out=mean)
-        mean *= np.float32(1.0 / _N_SUB)
+        mean *= np.float32(1.0 / N_SUB)
         np.einsum("nbs->snb", e, out=e_t)
         np.maximum.reduce(e_t, axis=0, out=peak)
         peak += np.float32(1e-12)
@@ -277,10 +277,10 @@ class WindowFeatures:
         np.subtract(e, mean[..., None], out=d)
         var = s.peak[:n]
         np.einsum("nbs,nbs->nb", d, d, out=var)
-        var *= np.float32(1.0 / _N_SUB)
+        var *= np.float32(1.0 / N_SUB)
         var += np.float32(1e-20)
-        rows = d.reshape(n * nb, _N_SUB)
-        s.pad[: n * nb, :_N_SUB] = rows
+        rows = d.reshape(n * nb, N_SUB)
+        s.pad[: n * nb, :N_SUB] = rows
         ac, ac_max = s.ac[:, : n * nb], s.ac_max[: n * nb]
         np.einsum("rt,rtk->kr", rows, s.lagged[: n * nb], out=ac)
         ac /= self._lag_len[:, None]  # mean over the overlap, as ``(d[:-k] * d[k:]).mean()``

@@ -22,10 +22,10 @@ per station:
 - the statistic ``max over bands and f of c(f)``: about 1.5-2.5 on noise (the highest of
   ~280 draws), 3-6 under a defect as loud as the machine (validation, docs/guard.md).
 
-It is a plain synchronous class, like the detector. Without an enrolment the rules may take
-the statistic over an absolute level as a hit (``Rule.rhythm``); with one, over the
-station's own healthy range (``baseline.py``), which is what removes the rhythm a station
-always has (a compressor's valves, a blade pass that happens to be impulsive).
+It is a plain synchronous class, like the detector. Only an enrolled station uses it: with
+the rules' rhythm clause (``Rule.rhythm``, off by default) a window whose statistic goes past
+the station's own healthy range (``baseline.py``) is a hit, which is what removes the rhythm
+a station always has (a compressor's valves, a blade pass that happens to be impulsive).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from rtgate.apps.guard.features import CREST_BANDS, N_SUB, RATE
+from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE
 from rtgate.core.errors import InvalidRequest
 
 __all__ = ["F_MAX", "F_MIN", "HARMONICS", "WINDOWS", "Rhythm", "comb_statistic"]
@@ -42,19 +42,17 @@ F32 = npt.NDArray[np.float32]
 WINDOWS = 10  # 200 ms of envelope
 HARMONICS = 3
 F_MIN, F_MAX = 40.0, 500.0  # defect rates looked for, Hz
-_SUB_RATE = RATE / (320 // N_SUB)  # envelope samples per second (1,600)
+_SUB_RATE = RATE / (HOP // N_SUB)  # envelope samples per second (1,600)
 
 
 class _Comb:
     """The constant parts of the statistic for a ring of ``t`` sub-frames."""
 
-    def __init__(self, t: int, taper: str = "half") -> None:
+    def __init__(self, t: int) -> None:
         self.t = t
-        if taper == "hann":
-            self.hann = np.hanning(t)
-        else:  # the older half rises as a Hann's first half, the newer half counts whole
-            self.hann = np.ones(t)
-            self.hann[: t // 2] = np.hanning(2 * (t // 2))[: t // 2]
+        # the taper: the older half rises as a Hann's first half, the newer half counts whole
+        self.hann = np.ones(t)
+        self.hann[: t // 2] = np.hanning(2 * (t // 2))[: t // 2]
         self.nb = t // 2 + 1
         df = _SUB_RATE / t
         self.lo = int(np.ceil(F_MIN / df))
@@ -73,12 +71,12 @@ class _Comb:
         self.freqs = (ks * df).astype(np.float32)
 
 
-def comb_statistic(envelope: npt.ArrayLike, taper: str = "half") -> F32:
+def comb_statistic(envelope: npt.ArrayLike) -> F32:
     """The statistic of the module doc for envelopes ``(..., bands, t)`` (energies, any
     ``t`` that resolves 40-500 Hz): one number per leading index. :class:`Rhythm` computes
     the same for a stream."""
     e = np.asarray(envelope, np.float32)
-    return _statistic(e, _Comb(e.shape[-1], taper))
+    return _statistic(e, _Comb(e.shape[-1]))
 
 
 def _statistic(e: F32, comb: _Comb) -> F32:
