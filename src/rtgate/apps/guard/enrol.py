@@ -310,9 +310,9 @@ def _check(station: str, rec: Recording, general: dict[str, Any], accept_stops: 
             f"{general['max_score']}, {share:.0%} of the windows at or over the threshold): "
             "a faulty machine must not be enrolled as normal. If the machine has been "
             "checked and is healthy, --accept-stops enrols it anyway: the detector then "
-            "stops this station only when it is surer than on this recording, or rises "
-            f"{JUMP:g} in logit over its own recent level, so a fault present now becomes "
-            "its normal and only a worse or a new one stops it"
+            "stops this station only when it is surer than on this recording, when it rises "
+            f"{JUMP:g} in logit over its own recent level, or when the station sounds unlike "
+            "the recording; a fault present now becomes its normal and no longer stops it"
         )
 
 
