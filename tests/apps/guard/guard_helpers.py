@@ -117,7 +117,11 @@ class PinnedScore(Detector):
 
     def step(self, features: npt.ArrayLike, rows: npt.ArrayLike | None = None) -> Any:
         self.calls += 1
-        return np.full_like(super().step(features, rows), self.score)
+        out = np.full_like(super().step(features, rows), self.score)
+        p = min(max(self.score, 2.0**-24), 1.0 - 2.0**-24)
+        sel = slice(None) if rows is None else np.asarray(rows, np.int64)
+        self.last_logit[sel] = np.log(p / (1.0 - p))
+        return out
 
 
 class RecordingSink:

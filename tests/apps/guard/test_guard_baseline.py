@@ -1,4 +1,5 @@
-"""The per-station baselines: bounded, batched like the detector, stored as readable JSON."""
+"""The per-station baselines: the station's novelty and the detector's calibration on it,
+bounded, batched like the detector, stored as readable JSON."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import numpy as np
 import pytest
 
 from rtgate.apps.guard.baseline import (
+    ALPHA_LEVEL,
     BOOST,
+    JUMP,
+    LOGIT_BOUND,
     SHIFT_MAX,
     Baselines,
     Enrolment,
@@ -21,11 +25,20 @@ from rtgate.apps.guard.pipeline import Guard
 from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
 from rtgate.core.errors import ConfigError, InvalidRequest
 
+T = math.log(0.92 / 0.08)  # the default threshold in logit
 
-def _enrolment(station: str, rng: np.random.Generator, shift: float = SHIFT_MAX) -> Enrolment:
+
+def _enrolment(
+    station: str, rng: np.random.Generator, q: float | None = None, median: float = 0.0
+) -> Enrolment:
+    """A station's normal; ``q``: the 99.9th percentile of the detector's logit on its
+    recording (None: none measured, as in a file of format /2)."""
     mean = rng.normal(0, 2, N_FEATURES).astype(np.float32)
     sd = rng.uniform(0.05, 2, N_FEATURES).astype(np.float32)
-    return Enrolment(station, mean, sd, float(rng.uniform(1, 4)), shift, created="now")
+    top = min(q + 0.5, LOGIT_BOUND) if q is not None else 0.0
+    cal = {} if q is None else {"max": top, "p999": q, "p99": q - 1, "p50": median}
+    scale = float(rng.uniform(1, 4))
+    return Enrolment(station, mean, sd, scale, SHIFT_MAX, created="now", detector_logit=cal)
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
@@ -34,21 +47,81 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return out
 
 
-def test_an_enrolment_moves_a_score_by_a_bounded_amount_and_never_a_saturated_one() -> None:
+def test_an_enrolment_moves_the_logit_by_a_bounded_amount() -> None:
     rng = np.random.default_rng(0)
     n = 64
-    base = Baselines([_enrolment(f"s{i}", rng) for i in range(n)])
+    # no calibration, or one under the threshold: the move is the novelty's alone
+    qs = [None if i % 2 else float(rng.uniform(-8, T)) for i in range(n)]
+    base = Baselines([_enrolment(f"s{i}", rng, q) for i, q in enumerate(qs)])
     for t in range(200):
         feats = rng.normal(0, 3, (n, N_FEATURES)).astype(np.float32) * (t % 7)
-        p = rng.uniform(1e-4, 1 - 1e-4, n).astype(np.float32)
-        p[:4] = [0.0, 1.0, 0.9999, 0.92]
-        q = base.adjust(feats, p)
-        assert q[0] == 0.0 and q[1] == 1.0  # a saturated score is never moved
-        delta = _logit(q[2:]) - _logit(p[2:])
+        d = rng.normal(0, 6, n).astype(np.float32)
+        p = (1 / (1 + np.exp(-d.astype(np.float64)))).astype(np.float32)
+        q = base.adjust(feats, p, None, d)
+        ok = (q > 1e-4) & (q < 1 - 1e-4)  # where float32 keeps the logit
+        delta = _logit(q[ok]) - d[ok]
         assert np.all(delta >= -SHIFT_MAX - 1e-3) and np.all(delta <= BOOST + 1e-3)
     # the bound, as a score: what the default rule's k-of-n clause still stops on
     edge = 1 / (1 + math.exp(-(math.log(0.92 / 0.08) + SHIFT_MAX)))
     assert 0.98 < edge < 0.982
+    # a saturated score stays saturated (its logit is past the bound)
+    top = base.adjust(np.zeros((n, N_FEATURES), np.float32), np.ones(n, np.float32))
+    assert np.all(top >= np.float32(0.9999))
+
+
+def test_a_calibrated_station_overrules_the_absolute_score_but_not_a_rise() -> None:
+    rng = np.random.default_rng(8)
+    q = 9.0  # the detector was this sure on the recording the operator calls healthy
+    e = _enrolment("A", rng, q, median=8.0)
+    base = Baselines([e])
+    normal = e.mean[None, :]
+
+    def seen(d: float) -> float:
+        return float(
+            base.adjust(normal, np.ones(1, np.float32), None, np.array([d], np.float32))[0]
+        )
+
+    # as sure as on the recording: overruled; surer than that by the shift: a hit
+    assert seen(q) < 0.92 and seen(q + SHIFT_MAX - 0.1) < 0.92
+    assert seen(q + SHIFT_MAX + 0.1) >= 0.92
+    # a worse fault: the logit keeps rising where the score has saturated
+    assert seen(40.0) > 0.999
+    # the machine runs quieter than while enrolling, then sounds like a fault again: the
+    # detector's rise over its own slow average stops it, although not over its range
+    base.reset()
+    for _ in range(300):
+        assert seen(-10.0) < 0.5
+    level = -10.0 + (8.0 + 10.0) * (1 - ALPHA_LEVEL) ** 300
+    d = max(level + JUMP, T) + 0.3
+    assert seen(d) >= 0.92 and d < q
+    base.reset()  # back at the recording's median: the same logit is no rise
+    assert seen(d) < 0.92
+
+
+def test_no_file_raises_the_bar_past_the_bound(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    e = _enrolment("A", rng, LOGIT_BOUND)
+    doc = json.loads(e.to_json())
+    assert doc["format"] == "rtgate-guard-enrolment/3"
+    doc["model"]["detector_logit"]["p999"] = 1000.0  # an edited file cannot silence it
+    (tmp_path / "A.json").write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match="detector's logit range"):
+        EnrolmentStore(tmp_path).load("A")
+    base = Baselines([e])
+    d = np.array([LOGIT_BOUND + SHIFT_MAX + 0.1], np.float32)
+    assert base.adjust(e.mean[None, :], np.ones(1, np.float32), None, d)[0] >= 0.92
+
+
+def test_the_calibration_sits_on_each_stations_own_threshold() -> None:
+    rng = np.random.default_rng(7)
+    e = _enrolment("A", rng, 4.0)  # over 0.92 (logit 2.44), under 0.99 (4.6)
+    base = Baselines([e, e], thresholds=[0.92, 0.99])
+    d = np.array([4.0 + SHIFT_MAX - 0.05] * 2, np.float32)
+    q = base.adjust(np.stack([e.mean, e.mean]), np.ones(2, np.float32), None, d)
+    assert q[0] < 0.92  # calibrated: not surer than on the recording (+ the shift)
+    assert abs(float(_logit(q[1:])[0]) - (4.0 - 0.05)) < 1e-3  # 0.99: no calibration
+    with pytest.raises(InvalidRequest):
+        Baselines([e], thresholds=[1.5])
 
 
 def test_a_station_without_enrolment_keeps_its_score_bit_for_bit() -> None:
@@ -63,14 +136,18 @@ def test_a_station_without_enrolment_keeps_its_score_bit_for_bit() -> None:
 
 def test_a_subset_of_stations_gives_what_the_whole_batch_gives() -> None:
     rng = np.random.default_rng(2)
-    ens = [_enrolment("A", rng), None, _enrolment("C", rng), _enrolment("D", rng)]
+    ens = [_enrolment("A", rng, 8.0, 6.0), None, _enrolment("C", rng), _enrolment("D", rng, -2.0)]
     whole, parts = Baselines(ens), Baselines(ens)
     for _ in range(50):
         f = rng.normal(0, 2, (4, N_FEATURES)).astype(np.float32)
         p = rng.uniform(0, 1, 4).astype(np.float32)
-        a = whole.adjust(f, p)
+        lg = rng.normal(4, 8, 4).astype(np.float32)
+        a = whole.adjust(f, p, None, lg)
         b = np.concatenate(
-            [parts.adjust(f[[0, 2]], p[[0, 2]], [0, 2]), parts.adjust(f[[1, 3]], p[[1, 3]], [1, 3])]
+            [
+                parts.adjust(f[[0, 2]], p[[0, 2]], [0, 2], lg[[0, 2]]),
+                parts.adjust(f[[1, 3]], p[[1, 3]], [1, 3], lg[[1, 3]]),
+            ]
         )
         np.testing.assert_allclose(a[[0, 2, 1, 3]], b, rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(whole.last_novelty, parts.last_novelty, rtol=1e-5)
@@ -96,12 +173,13 @@ def test_a_window_like_the_stations_normal_needs_a_surer_detector() -> None:
 
 def test_the_file_round_trips_and_a_bad_one_is_refused(tmp_path: Path) -> None:
     rng = np.random.default_rng(4)
-    e = _enrolment("line1/C", rng)
+    e = _enrolment("line1/C", rng, 4.5)
     store = EnrolmentStore(tmp_path)
     path = store.save(e)
     assert path.name == "line1%2FC.json" and path.parent == tmp_path
     back = store.load("line1/C")
     assert back is not None and back.id == e.id and np.array_equal(back.mean, e.mean)
+    assert back.calibration == (4.5, 0.0) and back.summary()["detector_logit_max"] == 5.0
     assert store.load("D") is None
     assert EnrolmentStore(tmp_path).path("..").name == "%2E..json"
 
@@ -118,6 +196,25 @@ def test_the_file_round_trips_and_a_bad_one_is_refused(tmp_path: Path) -> None:
         store.load("E")
     with pytest.raises(InvalidRequest):
         store.path("")
+
+
+def test_a_file_of_format_2_loads_and_decides_as_before_the_calibration(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    e = _enrolment("C", rng)
+    old = json.loads(e.to_json())
+    old["format"] = "rtgate-guard-enrolment/2"
+    del old["model"]["detector_logit"]
+    (tmp_path / "C.json").write_text(json.dumps(old))
+    back = EnrolmentStore(tmp_path).load("C")
+    assert back is not None and back.calibration is None and back.id == e.id
+    calibrated = Enrolment(
+        "C", e.mean, e.sd, e.novelty_scale, e.shift, detector_logit={"max": 9, "p999": 9, "p50": 8}
+    )
+    d = np.array([9.0], np.float32)
+    normal = e.mean[None, :]
+    q = Baselines([back]).adjust(normal, np.ones(1, np.float32), None, d)  # 9 - 1.5: a hit
+    assert abs(float(_logit(q)[0]) - (9.0 - SHIFT_MAX)) < 1e-3
+    assert Baselines([calibrated]).adjust(normal, np.ones(1, np.float32), None, d)[0] < 0.92
 
 
 def test_novelty_hits_count_toward_k_of_n_and_say_so() -> None:

@@ -66,8 +66,24 @@ def test_the_lifted_shipped_model_scores_like_the_file() -> None:
     h = rng.standard_normal((5, det.hidden)).astype(np.float32) * 0.3
     want = plain.run(None, {"stack": stack, "h": h})
     got = det._sess.run(None, {"stack": stack, "h": h})
-    for a, b in zip(got, want, strict=True):
+    assert det.exact_logit and len(got) == len(want) + 1  # score, h and the score's logit
+    for a, b in zip(got[:2], want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(1 / (1 + np.exp(-got[2])), got[0], rtol=1e-4, atol=1e-6)
+
+
+def test_the_logit_keeps_rising_where_the_score_saturates() -> None:
+    det = Detector(n_streams=3)
+    rng = np.random.default_rng(4)
+    f = (rng.standard_normal((3, N_FEATURES)) * np.array([[0.0], [3.0], [30.0]])).astype(np.float32)
+    for _ in range(5):
+        score = det.step(f)
+    np.testing.assert_allclose(1 / (1 + np.exp(-det.last_logit)), score, rtol=1e-4, atol=1e-6)
+    saturated = np.flatnonzero((score == 0.0) | (score == 1.0))
+    assert len(saturated) and np.all(np.abs(det.last_logit[saturated]) > 16.7)
+    before = det.last_logit.copy()
+    det.step(f[1:], rows=[1, 2])  # a subset updates only its own rows
+    assert det.last_logit[0] == before[0] and np.all(det.last_logit[1:] != before[1:])
 
 
 def test_all_streams_in_place_equals_stepping_them_by_rows() -> None:

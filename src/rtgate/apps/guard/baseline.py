@@ -1,38 +1,46 @@
 """A station's own normal (its enrolment) and how the stop path uses it, for many stations.
 
 ``guard enroll`` listens to a healthy station and keeps, per feature of the detector's input,
-the mean and the spread, and how far a slow average of the features strayed from that mean
-(``novelty_scale``). At run time, per window and station (:class:`Baselines`, vectorised
-over stations, a few array operations per tick):
+the mean and the spread, how far a slow average of the features strayed from that mean
+(``novelty_scale``), and the range of the general detector's logit on the recording
+(``detector_logit``: the detector's calibration on this station). At run time, per window
+and station (:class:`Baselines`, vectorised over stations, a few array operations per tick):
 
 - ``z = (features - mean) / sd``; ``m += ALPHA * (z - m)`` (an average over ~5 windows);
 - novelty ``r = max(m) / novelty_scale``: 1 is the most the healthy recording reached; one
   sided, since a defect adds energy and impulsiveness (less of it is no bearing fault);
 - gate ``g = clip((r - GATE_LOW) / (GATE_HIGH - GATE_LOW), 0, 1)``;
-- the general detector's score moves in logit by ``delta = BOOST * g - shift * (1 - g)``:
-  on a window that sounds like the station's normal the detector must be surer, on one the
-  station has never sounded like it may be a little less sure. The rules then apply as
-  they are.
+- the calibration: the detector's logit ``d`` less ``c = max(0, q - T)``, where ``q`` is the
+  99.9th percentile of its logit on the healthy recording and ``T`` the logit of the rule's
+  threshold: 0 for a station the detector was not sure about while enrolling, and for one
+  it was (an ``--accept-stops`` enrolment) the detector must be surer than on that
+  recording;
+- the logit the rules see: ``d - c + BOOST * g - shift * (1 - g)``: on a window that
+  sounds like the station's normal the detector must be surer, on one the station has never
+  sounded like it may be a little less sure;
+- a rise: on a station with ``c > 0``, a window whose ``d`` is at least ``T`` and ``JUMP``
+  over the detector's own slow average (``ALPHA_LEVEL``, from the recording's median) is a
+  hit whatever ``c``: a machine that ran quieter than its enrolment and then sounds like a
+  fault again.
+
+The bound: ``q`` is at most ``LOGIT_BOUND`` (a file beyond it is refused) and the move of
+the logit stays in ``[-(LOGIT_BOUND - T) - SHIFT_MAX, BOOST]``; without a calibration (files
+of format /1 and /2, and every station the detector was not sure about) in
+``[-SHIFT_MAX, BOOST]``, as before the calibration: 0.92 becomes 0.981 and 0.995 becomes
+0.9989 on a normal-sounding window. An enrolment made on a recording the detector stopped
+on therefore absorbs what was there (``enroll`` refuses it unless told otherwise); a rise of
+the detector over that range, or over its own recent level, still stops.
 
 The rhythm (``rhythm.py``): the enrolment also keeps the station's healthy range of the
 envelope's rhythm statistic (its highest value and quantiles over the recording). A station
 whose rule has a rhythm clause (``Rule.rhythm``, a margin; off by default, ``RHYTHM_MARGIN``
-is the one chosen on validation) counts a window whose statistic
-reaches ``max(highest healthy + margin, RHYTHM_FLOOR)`` as a hit, whatever the detector's
-score: a train of impacts the station never made while healthy, heard on machines the
-detector is deaf to. The clause only adds hits, so a fault present while enrolling (its
-rhythm then counted as normal) is still stopped by the general detector as below.
-
-The bound: ``delta`` stays in ``[-SHIFT_MAX, BOOST]`` whatever a file says (a file outside
-it is refused), so a score that would stop a station with ``k`` of ``n`` windows at
-``sigmoid(logit(threshold) + SHIFT_MAX)`` (0.981 for the default 0.92) or at once at
-``sigmoid(logit(instant) + SHIFT_MAX)`` (0.9989 for 0.995) still does, and a saturated
-score (1.0) is never moved: an enrolment cannot silence a clear fault, even one that was
-present in the recording it was made from.
+is the one chosen on validation) counts a window whose statistic reaches
+``max(highest healthy + margin, RHYTHM_FLOOR)`` as a hit, whatever the detector's score.
 
 Files (:class:`EnrolmentStore`): one JSON file per station in a directory: the numbers, the
-provenance of the recording and the detector they belong to. The directory is
-``--enrolments DIR``, else ``$RTGATE_GUARD_ENROLMENTS``, else
+provenance of the recording and the detector they belong to. Format /3 added
+``detector_logit``; files of format /1 and /2 load without it and decide as before it. The
+directory is ``--enrolments DIR``, else ``$RTGATE_GUARD_ENROLMENTS``, else
 ``$XDG_DATA_HOME/rtgate/enrolments`` (``~/.local/share/rtgate/enrolments``).
 """
 
@@ -56,11 +64,14 @@ from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = [
     "ALPHA",
+    "ALPHA_LEVEL",
     "BOOST",
     "FORMAT",
     "FORMATS",
     "GATE_HIGH",
     "GATE_LOW",
+    "JUMP",
+    "LOGIT_BOUND",
     "RHYTHM_FLOOR",
     "RHYTHM_MARGIN",
     "SHIFT_MAX",
@@ -72,12 +83,16 @@ __all__ = [
 ]
 
 F32 = npt.NDArray[np.float32]
-FORMAT = "rtgate-guard-enrolment/2"  # /2 added the rhythm's range
-FORMATS = ("rtgate-guard-enrolment/1", FORMAT)  # /1 files load, without a rhythm range
+FORMAT = "rtgate-guard-enrolment/3"  # /2 added the rhythm's range, /3 the detector's
+FORMATS = ("rtgate-guard-enrolment/1", "rtgate-guard-enrolment/2", FORMAT)
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
 SHIFT_MAX = 1.5  # logit: 0.92 -> 0.981, 0.995 -> 0.9989
 BOOST = 1.0  # logit: on a novel window 0.92 -> 0.81
+LOGIT_BOUND = 16.0  # the calibration's q at most (a file beyond it is refused)
+JUMP = 12.0  # logit over the detector's slow average: a rise (calibrated stations only)
+ALPHA_LEVEL = 0.02  # the detector's slow average: about 50 windows (1 s)
+_EPS = np.float32(2.0**-24)
 SD_FLOOR = 0.05  # a feature that barely moved while enrolling is not taken as exact
 NOVELTY_FLOOR = 1.0  # in units of sd: a very steady recording does not make all novel
 RHYTHM_FLOOR = 3.5  # the rhythm clause never fires under this, however quiet the recording
@@ -116,7 +131,9 @@ class Enrolment:
     a window that sounds normal, in ``[0, SHIFT_MAX]``. ``provenance``: the recording and the
     detector; ``general``: what the general detector did on the recording; ``rhythm``: the
     rhythm statistic's healthy range (``max``, ``p999``, ``p50``, ``windows``; empty for a
-    file of format /1: that station runs without the rhythm clause).
+    file of format /1: that station runs without the rhythm clause); ``detector_logit``: the
+    general detector's logit on the recording (``max``, ``p999``, ``p99``, ``p50``,
+    ``windows``, each at most ``LOGIT_BOUND``; empty for formats /1 and /2: no calibration).
     """
 
     station: str
@@ -128,6 +145,7 @@ class Enrolment:
     general: Mapping[str, Any] = field(default_factory=dict)
     created: str = ""
     rhythm: Mapping[str, float] = field(default_factory=dict)
+    detector_logit: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = f"enrolment of {self.station!r}"
@@ -142,12 +160,33 @@ class Enrolment:
         top = self.rhythm.get("max") if self.rhythm else None
         if self.rhythm and not (isinstance(top, int | float) and math.isfinite(top)):
             raise ConfigError(f"{where}: the rhythm's range needs a finite max")
+        if self.detector_logit:
+            vals = [self.detector_logit.get(k) for k in ("max", "p999", "p50")]
+            if not all(isinstance(v, int | float) and abs(v) <= LOGIT_BOUND for v in vals):
+                raise ConfigError(
+                    f"{where}: the detector's logit range needs max, p999 and p50 in "
+                    f"[-{LOGIT_BOUND:g}, {LOGIT_BOUND:g}]"
+                )
 
     @property
     def rhythm_max(self) -> float | None:
         """The highest rhythm statistic of the healthy recording (None: not measured)."""
         top = self.rhythm.get("max") if self.rhythm else None
         return float(top) if top is not None else None
+
+    @property
+    def logit_max(self) -> float | None:
+        """The general detector's highest logit on the recording (None: not measured)."""
+        top = self.detector_logit.get("max") if self.detector_logit else None
+        return float(top) if top is not None else None
+
+    @property
+    def calibration(self) -> tuple[float, float] | None:
+        """``(q, median)``: the 99.9th percentile and the median of the general detector's
+        logit on the recording (None: not measured, files of format /1 and /2)."""
+        if not self.detector_logit:
+            return None
+        return float(self.detector_logit["p999"]), float(self.detector_logit["p50"])
 
     @property
     def detector_sha256(self) -> str | None:
@@ -161,6 +200,8 @@ class Enrolment:
         h.update(f"{self.novelty_scale!r},{self.shift!r}".encode())
         if self.rhythm_max is not None:  # files of format /1 keep their id
             h.update(f",{self.rhythm_max!r}".encode())
+        if self.logit_max is not None:  # files of format /2 keep their id
+            h.update(f";{self.logit_max!r}".encode())
         return h.hexdigest()[:12]
 
     def summary(self) -> dict[str, Any]:
@@ -171,6 +212,7 @@ class Enrolment:
             "seconds": self.provenance.get("seconds"),
             "sources": [s.get("name") for s in self.provenance.get("sources", ())],
             "rhythm_max": self.rhythm_max,
+            "detector_logit_max": self.logit_max,
         }
 
     def to_json(self) -> str:
@@ -186,6 +228,7 @@ class Enrolment:
                 "mean": [float(x) for x in self.mean],
                 "sd": [float(x) for x in self.sd],
                 "rhythm": dict(self.rhythm),
+                "detector_logit": dict(self.detector_logit),
             },
         }
         return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
@@ -218,6 +261,7 @@ class Enrolment:
                 dict(doc.get("general_detector") or {}),
                 str(doc.get("created", "")),
                 {str(k): float(v) for k, v in (model.get("rhythm") or {}).items()},
+                {str(k): float(v) for k, v in (model.get("detector_logit") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ConfigError):
@@ -271,8 +315,10 @@ class EnrolmentStore:
 class Baselines:
     """The enrolments of ``len(enrolments)`` stations (None: that station has none), applied
     to each tick's scores in one batch. A plain synchronous class with state per station
-    (the novelty's average), like the detector.
+    (the novelty's average and the detector's slow average), like the detector.
 
+    ``thresholds``: per station, the rule's threshold (default ``Rule().threshold``), for the
+    calibration (module doc).
     ``novelty``: per station, the rule's novelty clause (``Rule.novelty``, 0: off); after
     each :meth:`adjust`, ``last_novel`` says which stations' windows were novelty hits.
     ``rhythm``: per station, the rule's rhythm margin (``Rule.rhythm``, 0: off); a station
@@ -285,6 +331,7 @@ class Baselines:
         enrolments: Sequence[Enrolment | None],
         novelty: Sequence[float] | None = None,
         rhythm: Sequence[float] | None = None,
+        thresholds: Sequence[float] | None = None,
     ) -> None:
         n = len(enrolments)
         self.enrolments = list(enrolments)
@@ -298,6 +345,9 @@ class Baselines:
         margin = np.zeros(n, np.float32) if rhythm is None else np.asarray(rhythm, np.float32)
         if margin.shape != (n,):
             raise InvalidRequest(f"{len(margin)} rhythm margins for {n} stations")
+        thr = np.full(n, 0.92) if thresholds is None else np.asarray(thresholds, np.float64)
+        if thr.shape != (n,) or not np.all((thr > 0) & (thr <= 1)):
+            raise InvalidRequest(f"need {n} thresholds in (0, 1]")
         tops = [e.rhythm_max if e is not None else None for e in enrolments]
         self.rhythm_threshold = np.array(
             [
@@ -314,6 +364,11 @@ class Baselines:
         self._gate_b = np.zeros(n, np.float32)
         self._shift = np.zeros(n, np.float32)
         self._span = np.zeros(n, np.float32)  # BOOST + shift: delta = span * g - shift
+        # the calibration c, and the rise's threshold in logit (-inf: no rise clause)
+        self._t = np.log(thr / np.maximum(1.0 - thr, 1e-12)).astype(np.float32)
+        self._cal = np.zeros(n, np.float32)
+        self._rise_t = np.full(n, -np.inf, np.float32)
+        self._level0 = np.zeros(n, np.float32)
         width = GATE_HIGH - GATE_LOW
         for i, e in enumerate(enrolments):
             if e is None:
@@ -325,9 +380,18 @@ class Baselines:
             self._gate_b[i] = GATE_LOW / width
             self._shift[i] = e.shift
             self._span[i] = BOOST + e.shift
+            if e.calibration is not None:
+                q, median = e.calibration
+                self._cal[i] = max(0.0, min(q, LOGIT_BOUND) - float(self._t[i]))
+                self._level0[i] = median
+                if self._cal[i] > 0:
+                    self._rise_t[i] = self._t[i]
+        self.calibrated = bool((self._cal > 0).any())  # some station has c > 0
+        self._level = self._level0.copy()
         self._m = np.zeros((n, N_FEATURES), np.float32)
         self._z = np.zeros((n, N_FEATURES), np.float32)
         self._g = np.zeros(n, np.float32)
+        self._b = np.zeros(n, np.float32)
         self.last_novelty = np.zeros(n, np.float32)  # r of the last window, per station
 
     def rhythmic(self, rhythm: F32, rows: npt.ArrayLike | None = None) -> npt.NDArray[np.bool_]:
@@ -340,16 +404,29 @@ class Baselines:
         return out
 
     def reset(self, stream: int | None = None) -> None:
-        """Forget the novelty's average of one station (or all): a new recording."""
-        self._m[slice(None) if stream is None else stream] = 0.0
+        """Forget the averages of one station (or all): a new recording."""
+        sel = slice(None) if stream is None else stream
+        self._m[sel] = 0.0
+        self._level[sel] = self._level0[sel]
 
-    def adjust(self, features: F32, scores: F32, rows: npt.ArrayLike | None = None) -> F32:
+    def adjust(
+        self,
+        features: F32,
+        scores: F32,
+        rows: npt.ArrayLike | None = None,
+        logits: F32 | None = None,
+    ) -> F32:
         """The scores the rules see: ``scores`` of the stations in ``rows`` (default all, in
-        order) moved by each enrolled station's baseline; unenrolled ones unchanged."""
+        order) moved by each enrolled station's baseline; unenrolled ones unchanged.
+        ``logits``: the detector's logits of ``scores`` (``Detector.last_logit``; None:
+        taken from ``scores``, which saturate at about +-16.6)."""
         if not self.any:
             return scores
+        if logits is None:
+            p = np.clip(np.asarray(scores, np.float32), _EPS, np.float32(1.0) - _EPS)
+            logits = np.log(p / (np.float32(1.0) - p))
         if rows is None:
-            return self._adjust_all(features, scores)
+            return self._adjust_all(features, scores, logits)
         idx = np.asarray(rows, np.int64)
         m = self._m[idx]
         z = (features - self._mean[idx]) * self._inv_sd[idx]
@@ -360,11 +437,16 @@ class Baselines:
         self.last_novelty[idx] = r
         self.last_novel[idx] = r >= self._novelty[idx]
         g = np.clip(peak * self._gate_a[idx] - self._gate_b[idx], 0.0, 1.0)
-        delta = self._span[idx] * g - self._shift[idx]
-        return _moved(scores, delta, self.enrolled[idx])
+        out = logits - self._cal[idx] + self._span[idx] * g - self._shift[idx]
+        if self.calibrated:
+            level = self._level[idx]
+            rise = np.minimum(logits, logits - level - np.float32(JUMP) + self._rise_t[idx])
+            self._level[idx] = level + np.float32(ALPHA_LEVEL) * (logits - level)
+            out = np.maximum(out, rise)
+        return _sigmoid(scores, out, self.enrolled[idx])
 
-    def _adjust_all(self, features: F32, scores: F32) -> F32:
-        z, m, g = self._z, self._m, self._g
+    def _adjust_all(self, features: F32, scores: F32, logits: F32) -> F32:
+        z, m, g, b = self._z, self._m, self._g, self._b
         np.subtract(features, self._mean, out=z)
         z *= self._inv_sd
         z -= m
@@ -379,17 +461,24 @@ class Baselines:
         np.clip(g, 0.0, 1.0, out=g)
         g *= self._span
         g -= self._shift
-        return _moved(scores, g, self.enrolled)
+        g += logits
+        g -= self._cal
+        if self.calibrated:  # the rise over the detector's slow average
+            np.subtract(logits, self._level, out=b)
+            self._level += np.float32(ALPHA_LEVEL) * b
+            b += self._rise_t
+            b -= np.float32(JUMP)
+            np.minimum(b, logits, out=b)
+            np.maximum(g, b, out=g)
+        return _sigmoid(scores, g, self.enrolled)
 
 
-def _moved(p: F32, delta: F32, enrolled: npt.NDArray[np.bool_]) -> F32:
-    """``sigmoid(logit(p) + delta)`` as ``p / (p + (1 - p) exp(-delta))`` (positive for
-    ``p`` in [0, 1]): no logit of 0 or 1, which stay put; ``p`` itself where not
-    ``enrolled``."""
-    p = np.asarray(p, dtype=np.float32)
-    e = np.exp(-delta)
-    e *= np.float32(1.0) - p
-    e += p
-    out = np.divide(p, e, out=e)
-    np.copyto(out, p, where=~enrolled)
+def _sigmoid(p: F32, logit: F32, enrolled: npt.NDArray[np.bool_]) -> F32:
+    """``sigmoid(logit)`` where ``enrolled``, ``p`` itself elsewhere (a new array)."""
+    out = np.clip(logit, -60.0, 60.0)  # no overflow in exp
+    np.negative(out, out=out)
+    np.exp(out, out=out)
+    out += np.float32(1.0)
+    np.reciprocal(out, out=out)
+    np.copyto(out, np.asarray(p, np.float32), where=~enrolled)
     return out

@@ -372,11 +372,14 @@ def _enrol_fleet(fleet: _Fleet, seconds: float, model: Path | None) -> list[Enro
         clip = make_clip(fleet.clips[j].motor, seconds, seed=fleet.clips[j].motor.seed + 1)
         f, env = wf.envelopes(clip.audio)
         det.reset()
-        s = np.array([det.step(row[None])[0] for row in f], np.float32)
+        s, lg = np.zeros(len(f), np.float32), np.zeros(len(f), np.float32)
+        for t, row in enumerate(f):
+            s[t] = det.step(row[None])[0]
+            lg[t] = det.last_logit[0]
         rhythm = Rhythm(1)
         r = np.array([rhythm.step(e[None])[0] for e in env], np.float32)
         src = Source(f"motor {j}", "simulated", RATE, seconds=len(f) * HOP / RATE)
-        rec = Recording(f, s, [(0, len(f))], [src], float(np.std(clip.audio)), r)
+        rec = Recording(f, s, [(0, len(f))], [src], float(np.std(clip.audio)), r, lg)
         made[j] = fit(f"motor{j}", rec, accept_stops=True).enrolment
     return [made[int(j)] for j in fleet.clip_of]
 

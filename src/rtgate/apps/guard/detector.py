@@ -9,6 +9,13 @@ When the ``onnx`` package is installed (the ``guard`` extra), the model is loade
 arithmetic, but onnxruntime has blocked (NCHWc) kernels for 2-D and a per-sample im2col for
 1-D, and at 256 stations that halves the convolution's time (the batch: ~0.8 -> ~0.6 ms).
 Without ``onnx`` the file is run as it is.
+
+Beside the score, each step leaves the score's logit per stream in ``last_logit``: the
+value the model's final sigmoid takes (exposed as a second output at load time, with
+``onnx``), which keeps growing where a float32 score has saturated at 1.0. The enrolment's
+score calibration (``baseline.py``) compares it with what the station's healthy recording
+reached. Without ``onnx`` it is the logit of the score, so it saturates where the score
+does (at about +-16.6).
 """
 
 from __future__ import annotations
@@ -24,10 +31,12 @@ import numpy.typing as npt
 from rtgate.apps.guard.features import N_FEATURES
 from rtgate.core.errors import ConfigError, InvalidRequest
 
-__all__ = ["DEFAULT_MODEL", "Detector", "default_model_path", "lift_1d"]
+__all__ = ["DEFAULT_MODEL", "Detector", "default_model_path", "expose_logit", "lift_1d"]
 
 DEFAULT_MODEL = "detector.onnx"
 F32 = npt.NDArray[np.float32]
+LOGIT_OUTPUT = "score_logit"
+_EPS = np.float32(2.0**-24)  # the score's logit without its graph output: at most +-16.6
 
 
 def default_model_path() -> Path:
@@ -96,6 +105,21 @@ def lift_1d(model: Any) -> int:
         del g.initializer[:]
         g.initializer.extend(keep)
     return lifted
+
+
+def expose_logit(model: Any) -> bool:
+    """Add the input of the ``Sigmoid`` that makes ``score`` to an ``onnx.ModelProto``'s
+    outputs, as :data:`LOGIT_OUTPUT` (an ``Identity`` of it). False when there is no such
+    ``Sigmoid`` (the model is unchanged)."""
+    from onnx import TensorProto, helper
+
+    g = model.graph
+    sig = next((n for n in g.node if n.op_type == "Sigmoid" and n.output[0] == "score"), None)
+    if sig is None or any(o.name == LOGIT_OUTPUT for o in g.output):
+        return False
+    g.node.append(helper.make_node("Identity", [sig.input[0]], [LOGIT_OUTPUT]))
+    g.output.append(helper.make_tensor_value_info(LOGIT_OUTPUT, TensorProto.FLOAT, None))
+    return True
 
 
 def _drop_squeeze_pairs(nodes: list[Any], g: Any) -> list[Any]:
@@ -172,6 +196,7 @@ class Detector:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.lifted = 0  # 1-D operators run as 2-D (see lift_1d)
+        self.exact_logit = False  # last_logit from the graph (else the score's logit)
         try:
             self._sess = ort.InferenceSession(
                 self._load(path), opts, providers=["CPUExecutionProvider"]
@@ -195,6 +220,7 @@ class Detector:
         self._h = np.zeros((n_streams, self.hidden), dtype=np.float32)
         self._fresh = np.ones(n_streams, dtype=bool)
         self._any_fresh = True
+        self.last_logit = np.zeros(n_streams, dtype=np.float32)  # per stream, last step
 
     def _load(self, path: Path) -> str | bytes:
         """The model for onnxruntime: lifted when ``onnx`` is installed, else the path."""
@@ -205,14 +231,33 @@ class Detector:
         try:
             model = onnx.load(str(path))
             self.lifted = lift_1d(model)
+            self.exact_logit = expose_logit(model)
         except Exception:  # not a model onnx understands: let onnxruntime say why
+            self.lifted, self.exact_logit = 0, False
             return str(path)
-        return model.SerializeToString() if self.lifted else str(path)
+        return model.SerializeToString() if self.lifted or self.exact_logit else str(path)
+
+    def _run(self, stack: F32, h: F32, rows: npt.NDArray[np.int64] | None) -> tuple[F32, F32]:
+        """One inference: the scores ``(N,)`` and the new state; ``last_logit`` of the
+        streams in ``rows`` (None: all) is set."""
+        out = self._sess.run(None, {"stack": stack, "h": h})
+        score = np.asarray(out[0], dtype=np.float32).reshape(-1)
+        if self.exact_logit:
+            logit = np.asarray(out[2], dtype=np.float32).reshape(-1)
+        else:
+            p = np.clip(score, _EPS, np.float32(1.0) - _EPS)
+            logit = np.log(p / (np.float32(1.0) - p))
+        if rows is None:
+            self.last_logit[:] = logit
+        else:
+            self.last_logit[rows] = logit
+        return score, out[1]
 
     def warm_up(self) -> None:
         """One run on zeros for every stream, state untouched: onnxruntime's first run
         allocates and picks kernels, which is slow."""
         self._sess.run(None, {"stack": np.zeros_like(self._stack), "h": np.zeros_like(self._h)})
+        self.last_logit[:] = 0.0
 
     def reset(self, stream: int | None = None) -> None:
         """Forget the state of one stream (or all)."""
@@ -241,8 +286,8 @@ class Detector:
                 stack[self._fresh] = f[self._fresh, None, :]
                 self._fresh[:] = False
                 self._any_fresh = False
-            score, self._h = self._sess.run(None, {"stack": stack, "h": self._h})
-            return np.asarray(score, dtype=np.float32).reshape(-1)
+            score, self._h = self._run(stack, self._h, None)
+            return score
         idx = np.asarray(rows, dtype=np.int64)
         if f.ndim != 2 or f.shape != (len(idx), N_FEATURES):
             raise InvalidRequest(f"features must be ({len(idx)}, {N_FEATURES}), got {f.shape}")
@@ -255,6 +300,6 @@ class Detector:
             self._fresh[idx] = False
             self._any_fresh = bool(self._fresh.any())
         self._stack[idx] = stack
-        score, h = self._sess.run(None, {"stack": stack, "h": self._h[idx]})
+        score, h = self._run(stack, self._h[idx], idx)
         self._h[idx] = h
-        return np.asarray(score, dtype=np.float32).reshape(-1)
+        return score

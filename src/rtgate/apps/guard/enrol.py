@@ -10,11 +10,15 @@ that into an :class:`~rtgate.apps.guard.baseline.Enrolment` and checks it:
 - the general detector stops the station on the recording (the station's rule): refused
   unless ``accept_stops`` (someone has checked the machine by other means); a fault present
   from the first second looks like that, and a station enrolled on it would count the fault
-  as its normal. Accepted, the shift is still bounded (``baseline.SHIFT_MAX``);
+  as its normal: accepted, the detector must be surer than on the recording (its
+  calibration, ``baseline.py``), so only a rise above that, a rise over its own recent
+  level, or a sound the station never made stops it;
 - the enrolled station still stops on its own recording: said in the warnings.
 
-The enrolment keeps the rhythm's healthy range (its highest value and quantiles, over the
-windows after each segment's first ``rhythm.WINDOWS``), for the rules' rhythm clause.
+The enrolment keeps the general detector's logit range on the recording (its score
+calibration, ``detector_range``) and the rhythm's healthy range (its highest value and
+quantiles, over the windows after each segment's first ``rhythm.WINDOWS``), for the rules'
+rhythm clause.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import numpy.typing as npt
 
 from rtgate.apps.guard.audio import WavStream
 from rtgate.apps.guard.baseline import (
+    JUMP,
+    LOGIT_BOUND,
     NOVELTY_FLOOR,
     SD_FLOOR,
     SHIFT_MAX,
@@ -59,6 +65,7 @@ __all__ = [
     "HashingReader",
     "Recording",
     "Source",
+    "detector_range",
     "file_source",
     "fit",
     "listen",
@@ -126,7 +133,9 @@ class HashingReader:
 class Recording:
     """Every window's features ``(T, N_FEATURES)`` and general score ``(T,)``; ``segments``
     are the windows of each source, ``[start, end)``; ``rhythm``: every window's rhythm
-    statistic ``(T,)`` (None: not measured, the enrolment then has no rhythm range)."""
+    statistic ``(T,)`` (None: not measured, the enrolment then has no rhythm range);
+    ``logits``: the general detector's logit of every window (``Detector.last_logit``;
+    None: taken from the scores, which saturate)."""
 
     features: F32
     scores: F32
@@ -134,6 +143,7 @@ class Recording:
     sources: list[Source]
     rms: float
     rhythm: F32 | None = None
+    logits: F32 | None = None
 
     @property
     def seconds(self) -> float:
@@ -155,6 +165,7 @@ def listen(
     feats: list[F32] = []
     scores: list[float] = []
     rhythms: list[float] = []
+    logits: list[float] = []
     segments, used, energy = [], [], 0.0
     for src, chunks in sources:
         if len(scores) >= limit:
@@ -172,6 +183,7 @@ def listen(
             f = wf(x, env)
             for row, e in zip(f, env, strict=True):
                 scores.append(float(detector.step(row[None])[0]))
+                logits.append(float(detector.last_logit[0]))
                 rhythms.append(float(rhythm.step(e[None])[0]))
             feats.append(f)
             if len(scores) >= limit:
@@ -183,7 +195,13 @@ def listen(
     f_all = np.concatenate(feats) if feats else np.zeros((0, N_FEATURES), np.float32)
     rms = float(np.sqrt(energy / (n * HOP))) if n else 0.0
     return Recording(
-        f_all, np.asarray(scores, np.float32), segments, used, rms, np.asarray(rhythms, np.float32)
+        f_all,
+        np.asarray(scores, np.float32),
+        segments,
+        used,
+        rms,
+        np.asarray(rhythms, np.float32),
+        np.asarray(logits, np.float32),
     )
 
 
@@ -218,17 +236,43 @@ def _general(rec: Recording, rule: Rule) -> dict[str, Any]:
 def _replay(rec: Recording, enrolment: Enrolment, rule: Rule) -> tuple[F32, int]:
     """The recording through the enrolled station's baseline: its novelty per window
     (``r``, before any scale: pass ``novelty_scale=1``) and the stops the rule then makes."""
-    base = Baselines([enrolment])
+    base = Baselines([enrolment], thresholds=[rule.threshold])
+    logits = _logits(rec)
     novelty = np.zeros(len(rec.scores), np.float32)
     stops = 0
     for a, b in rec.segments:
         base.reset()
         eng = RuleEngine(Rules(rule), ["station"])
         for t in range(a, b):
-            s = base.adjust(rec.features[t : t + 1], rec.scores[t : t + 1])
+            f, s = rec.features[t : t + 1], rec.scores[t : t + 1]
+            s = base.adjust(f, s, None, logits[t : t + 1])
             novelty[t] = base.last_novelty[0]
             stops += len(eng.feed(s, (t - a + 1) * HOP / RATE))
     return novelty, stops
+
+
+def _logits(rec: Recording) -> F32:
+    if rec.logits is not None:
+        return rec.logits
+    p = np.clip(rec.scores, 2.0**-24, 1.0 - 2.0**-24)
+    return np.log(p / (1.0 - p)).astype(np.float32)
+
+
+def detector_range(rec: Recording) -> dict[str, float]:
+    """The general detector's logit on ``rec`` (its calibration on this station): ``max``,
+    ``p999``, ``p99``, ``p50`` (each within ``baseline.LOGIT_BOUND``), ``windows``; empty when
+    the recording has no window."""
+    if not len(rec.scores):
+        return {}
+    x = np.clip(_logits(rec).astype(np.float64), -LOGIT_BOUND, LOGIT_BOUND)
+    q = np.quantile(x, [0.5, 0.99, 0.999])
+    return {
+        "max": round(float(x.max()), 4),
+        "p999": round(float(q[2]), 4),
+        "p99": round(float(q[1]), 4),
+        "p50": round(float(q[0]), 4),
+        "windows": float(len(x)),
+    }
 
 
 def rhythm_range(rec: Recording) -> dict[str, float]:
@@ -265,9 +309,10 @@ def _check(station: str, rec: Recording, general: dict[str, Any], accept_stops: 
             f"recording (first at {general['first_stops_s'][0]} s, highest score "
             f"{general['max_score']}, {share:.0%} of the windows at or over the threshold): "
             "a faulty machine must not be enrolled as normal. If the machine has been "
-            "checked and is healthy, --accept-stops enrols it anyway (the detector's "
-            f"threshold is then raised by at most {SHIFT_MAX:g} in logit, so a detector that "
-            "is as sure on this machine as on a fault keeps stopping it)"
+            "checked and is healthy, --accept-stops enrols it anyway: the detector then "
+            "stops this station only when it is surer than on this recording, when it rises "
+            f"{JUMP:g} in logit over its own recent level, or when the station sounds unlike "
+            "the recording; a fault present now becomes its normal and no longer stops it"
         )
 
 
@@ -281,8 +326,8 @@ def _warnings(station: str, stops: int, residual: int) -> list[str]:
     if residual:
         out.append(
             f"{station}: still stops {residual} time(s) on its own recording with the "
-            f"enrolment: the general detector is surer than an enrolment may overrule "
-            f"(at most {SHIFT_MAX:g} in logit); have the machine checked"
+            "enrolment (a sound in it unlike the rest of it); have the machine checked, "
+            "or enrol on a longer recording"
         )
     return out
 
@@ -329,6 +374,7 @@ def fit(
         general,
         created,
         rhythm_range(rec),
+        detector_range(rec),
     )
     _, residual = _replay(rec, enrolment, rule)
     enrolment = replace(enrolment, general={**general, "stops_with_enrolment": residual})

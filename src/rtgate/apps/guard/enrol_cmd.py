@@ -127,7 +127,8 @@ def enroll(
         typer.Option(
             "--accept-stops",
             help="enrol even though the general detector stops on the recording (only for a "
-            "machine checked healthy by other means)",
+            "machine checked healthy by other means: what the detector hears on it then "
+            "becomes the station's normal, and only a rise over it stops)",
         ),
     ] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the summary here")] = None,

@@ -204,13 +204,17 @@ def _enrol_all(fleet: _Fleet, model: str | Path | None) -> list[tuple[Enrolment,
     n, wf = len(fleet.clips), WindowFeatures()
     det = Detector(model, n_streams=n)
     feats, rhythm = _features(wf, fleet.clips, 0, fleet.enrol_w)
-    scores = np.stack([det.step(feats[:, t]) for t in range(fleet.enrol_w)], axis=1)
+    scores = np.zeros((n, fleet.enrol_w), np.float32)
+    logits = np.zeros((n, fleet.enrol_w), np.float32)
+    for t in range(fleet.enrol_w):
+        scores[:, t] = det.step(feats[:, t])
+        logits[:, t] = det.last_logit
     out = []
     for i, clip in enumerate(fleet.clips):
         x = clip.audio[: fleet.enrol_w * HOP].astype(np.float64)
         src = Source(f"station{i}", "simulated", RATE, seconds=fleet.enrol_w * HOP / RATE)
         rec = Recording(
-            feats[i], scores[i], [(0, fleet.enrol_w)], [src], float(np.std(x)), rhythm[i]
+            feats[i], scores[i], [(0, fleet.enrol_w)], [src], float(np.std(x)), rhythm[i], logits[i]
         )
         fitted = fit(f"s{i:03d}", rec, accept_stops=True)
         out.append((fitted.enrolment, fitted.warnings))
@@ -233,12 +237,14 @@ def _run(
     names = [f"s{i:03d}" for i in range(n)]
     det = Detector(model, n_streams=n)
     per = [rules.for_station(s) for s in names]
-    base = Baselines(enrolments, [r.novelty for r in per], [r.rhythm for r in per])
+    base = Baselines(
+        enrolments, [r.novelty for r in per], [r.rhythm for r in per], [r.threshold for r in per]
+    )
     eng = RuleEngine(rules, names)
     seen = np.zeros((n, fleet.score_w), np.float32)
     stops = []
     for t in range(fleet.score_w):
-        s = base.adjust(feats[:, t], det.step(feats[:, t]))
+        s = base.adjust(feats[:, t], det.step(feats[:, t]), None, det.last_logit)
         novel = base.last_novel if base.novelty_clause else None
         if rhythm is not None and base.rhythm_clause and t:
             hit = base.rhythmic(rhythm[:, t - 1])

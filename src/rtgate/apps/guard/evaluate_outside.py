@@ -18,13 +18,14 @@ of the detector's own training set (the first ``dcase_clips`` clips of
 ``make_set(.., "train", seed=0, seconds=8)``, the healthy ones) and scores every station's
 scored part: clip AUC beside the detector's.
 
-``general_detector_on_healthy`` (overall and per family) says why an enrolment cannot remove
-the general detector's false stops here: the share of each station's healthy enrolment windows
-at or over the rule's threshold, and, in logit, the rule's statistic (the ``k``-th highest
-score of ``n`` consecutive windows: what ``k`` of ``n`` needs) at its highest on each healthy
-station and on each fault after its onset. Where healthy stations reach what faults reach, no
-move of the score bounded so that a fault present from the start of an enrolment is still
-stopped can tell them apart.
+``general_detector_on_healthy`` (overall and per family) says why an enrolment ``enroll``
+accepts (no ``--accept-stops``) cannot remove the general detector's false stops here: the
+share of each station's healthy enrolment windows at or over the rule's threshold, and, in
+logit, the rule's statistic (the ``k``-th highest score of ``n`` consecutive windows: what
+``k`` of ``n`` needs) at its highest on each healthy station and on each fault after its
+onset. Where healthy stations reach what faults reach, only a calibration that absorbs the
+recording's level (``--accept-stops``, ``baseline.py``) tells them apart, and it would absorb
+a fault present from the start of the recording just the same.
 
 ``rtgate guard evaluate --set outside [--baseline dcase2020]`` prints the report.
 """

@@ -2,7 +2,7 @@
 
 ``Guard`` runs many stations in step: each call takes one 20 ms window per station (or a
 subset of stations), computes features and scores in one batch, moves the scores of the
-stations that have an enrolment by their own baseline (``baseline.py``) and feeds the rule
+stations that have an enrolment by their own normal (``baseline.py``) and feeds the rule
 engine (with the novelty and the envelope's rhythm, ``rhythm.py``, of the stations whose
 rules have those clauses). The rhythm is computed only when some station has it, and after
 the tick's stops are published: its hits count from the next window on (20 ms later, on a
@@ -84,7 +84,8 @@ class Guard:
             raise InvalidRequest(f"{len(enrolments)} enrolments for {n} stations")
         novelty = [self.rules.for_station(s).novelty for s in self.stations]
         rhythm = [self.rules.for_station(s).rhythm for s in self.stations]
-        self.baselines = Baselines(enrolments or [None] * n, novelty, rhythm)
+        thresholds = [self.rules.for_station(s).threshold for s in self.stations]
+        self.baselines = Baselines(enrolments or [None] * n, novelty, rhythm, thresholds)
         # the envelope's rhythm, only when some station's rule and enrolment use it
         self.rhythm = Rhythm(n) if self.baselines.rhythm_clause else None
         self._envelope = np.zeros((n, len(CREST_BANDS), N_SUB), np.float32)
@@ -175,7 +176,8 @@ class Guard:
         self.infer_s = t2 - t1
         self.features_s = t1 - t0
         base = self.baselines
-        scores = base.adjust(feats, general, None if every else idx)
+        logits = self.detector.last_logit if every else self.detector.last_logit[idx]
+        scores = base.adjust(feats, general, None if every else idx, logits)
         novel = None
         if base.novelty_clause:
             novel = base.last_novel if every else base.last_novel[idx]
