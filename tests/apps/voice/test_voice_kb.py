@@ -113,14 +113,15 @@ def test_without_a_knowledge_base_the_agent_works_as_before() -> None:
 # -- evaluation ----------------------------------------------------------------------------
 
 
-def test_the_call_sets_load_and_are_disjoint() -> None:
+@pytest.mark.parametrize("name", ["eval", "eval2"])
+def test_the_call_sets_load_and_are_disjoint(name: str) -> None:
     tuned = {c.text for name in TUNED_ON for c in load_calls(CALL_SETS[name])}
-    held = load_calls(CALL_SETS["eval"])
-    assert "eval" not in TUNED_ON
+    held = load_calls(CALL_SETS[name])
+    assert name not in TUNED_ON and "tune2" in TUNED_ON
     assert len(held) >= 150 and {c.lang for c in held} == {"zh", "en"}
     assert {c.kind for c in held} == {"simple", "multi", "ood"} and any(c.asr for c in held)
     assert not tuned & {c.text for c in held}
-    corpus = (CALL_SETS["eval"].parent / "corpus.jsonl").read_text(encoding="utf-8")
+    corpus = (CALL_SETS[name].parent / "corpus.jsonl").read_text(encoding="utf-8")
     assert not any(f'"{c.text}"' in corpus for c in held)  # no held-out line was trained on
 
 

@@ -3,9 +3,11 @@
 Caller transcripts are JSON Lines ``{"text", "lang", "kind", "topic", "asr"?}``: ``kind``
 ``simple`` (``topic`` an intent id), ``multi`` (``topic`` a list of them) or ``ood``
 (``topic`` null); ``asr`` marks a line written with recogniser-like errors. The telecom
-domain ships three sets: ``calls-tune.jsonl`` and ``calls-val.jsonl`` (thresholds and the
-judge are fitted on them; ``val`` was the first held-out set, measured once before it was
-used) and ``calls-eval.jsonl`` (held out, never tuned on).
+domain ships five sets: ``calls-tune.jsonl``, ``calls-val.jsonl`` and ``calls-tune2.jsonl``
+(thresholds and the judge are fitted on them; ``val`` was the first held-out set, measured
+once before it was used; ``tune2`` is a second author's) and ``calls-eval.jsonl`` and
+``calls-eval2.jsonl`` (held out, never tuned on; ``eval2`` by an author who never saw the
+project).
 
 :func:`evaluate` runs each line through :meth:`KnowledgeBase.reply` (the decision the
 agent makes) and reports, per set and language: the share of first answers on the
@@ -68,9 +70,11 @@ __all__ = [
 CALL_SETS = {
     "tune": TELECOM_DIR / "calls-tune.jsonl",
     "val": TELECOM_DIR / "calls-val.jsonl",
+    "tune2": TELECOM_DIR / "calls-tune2.jsonl",
     "eval": TELECOM_DIR / "calls-eval.jsonl",
+    "eval2": TELECOM_DIR / "calls-eval2.jsonl",
 }
-TUNED_ON = ("tune", "val")  # the sets the judge and thresholds are fitted on
+TUNED_ON = ("tune", "val", "tune2")  # the sets the judge and thresholds are fitted on
 _KINDS = ("simple", "multi", "ood")
 
 
@@ -213,7 +217,7 @@ def _decide(r: _Row, p_right: float, min_conf: float, clause_conf: float, th: fl
 
 def build(data_dir: Path = TELECOM_DIR, *, seed: int = 0, k: int = 5) -> dict[str, Any]:
     """Train and write the domain's ``intent-ngram.npz`` and ``scope-ngram.npz``, fit its
-    judge on the :data:`TUNED_ON` calls (``calls-tune.jsonl``, ``calls-val.jsonl``) and
+    judge on the :data:`TUNED_ON` calls (``calls-tune``, ``calls-val``, ``calls-tune2``) and
     choose ``min_confidence``, ``clause_confidence`` and the judge's threshold there, out
     of fold: every multi-part and out-of-domain call followed up if any setting does so,
     then the most simple calls answered right from an entry, each wrong entry counting
