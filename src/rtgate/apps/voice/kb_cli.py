@@ -23,7 +23,7 @@ def build_cmd(
     data_dir: Annotated[Path | None, typer.Option(help="domain folder (default: telecom)")] = None,
 ) -> None:
     """Train intent-ngram.npz and scope-ngram.npz on the corpus; fit judge.json and the
-    thresholds on calls-tune.jsonl and calls-val.jsonl (out of fold)."""
+    thresholds on calls-tune.jsonl, calls-val.jsonl and calls-tune2.jsonl (out of fold)."""
     from rtgate.apps.voice.kb_eval import build
     from rtgate.domains.loader import TELECOM_DIR
 
@@ -43,7 +43,7 @@ def build_cmd(
 @kb_app.command("eval")
 def eval_cmd(
     sets: Annotated[
-        list[str] | None, typer.Option("--set", help="tune, val, eval (default all)")
+        list[str] | None, typer.Option("--set", help="tune, val, tune2, eval, eval2 (default all)")
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
     corrections: Annotated[bool, typer.Option(help="apply the domain's ASR corrections")] = True,
