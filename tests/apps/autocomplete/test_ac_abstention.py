@@ -215,7 +215,10 @@ def test_a_single_judge_is_fitted_out_of_fold_and_replays_its_choice() -> None:
             label = 1 if kind == "simple" else (0 if j > 0 else None)
             rows.append(Row(k, f"ask {k} {j}", kind, "en", x, label, False, j == 2,
                             0.1 if kind == "simple" else 0.8))  # fmt: skip
-    judge, report = fit_single({"a": (asks, rows)}, min_fast=0.95, bar_grid=(math.inf,))
+    judge, report = fit_single(
+        {"a": (asks, rows)}, min_fast=0.95, bar_grid=(math.inf,), local={"complex_p": None}
+    )
+    assert judge.meta["local"] == {"complex_p": None} and report["picked_on"] == ["a"]
     assert judge.weighs_semantic and judge.scope_bars == {}
     oof = report["out_of_fold"]
     assert oof["simple_fast"] >= 0.95 and oof["complex_delegated"] >= 0.9
@@ -224,3 +227,31 @@ def test_a_single_judge_is_fitted_out_of_fold_and_replays_its_choice() -> None:
     again = replay(judge, asks, rows)  # in sample: at least as good as out of fold
     assert again["complex_delegated"] >= 0.9 and again["simple_fast"] >= 0.95
     assert again["en"] == {k: again[k] for k in ("complex_delegated", "simple_fast")}
+
+
+def test_the_thresholds_may_be_chosen_on_some_of_the_fitting_sets() -> None:
+    from rtgate.tiers.answerability import SCOPE_LOGITS, feature_names
+
+    n_in = len(feature_names()) + len(SCOPE_LOGITS)
+    rng = np.random.default_rng(1)
+
+    def one_set(noisy: bool) -> tuple[list[Ask], list[Row]]:
+        asks: list[Ask] = []
+        rows: list[Row] = []
+        for k in range(40):
+            kind = "simple" if k % 2 == 0 else "ood"
+            asks.append(Ask(f"ask {k}", "en", kind, "bill_query" if kind == "simple" else None))  # type: ignore[arg-type]
+            x = list(rng.normal(size=n_in))
+            x[-1] = (-2.0 if kind == "simple" else 2.0) + rng.normal(scale=3.0 if noisy else 0.3)
+            rows.append(Row(k, f"ask {k}", kind, "en", x, int(kind == "simple"), False, True, 0.5))
+        return asks, rows
+
+    clean, noisy = one_set(False), one_set(True)
+    _, both = fit_single({"clean": clean, "noisy": noisy}, min_fast=1.0, bar_grid=(math.inf,))
+    _, mine = fit_single({"clean": clean, "noisy": noisy}, min_fast=1.0, bar_grid=(math.inf,),
+                         pick_on=["clean"])  # fmt: skip
+    assert mine["picked_on"] == ["clean"]
+    # chosen on the clean asks alone, the bar keeps them fast and may give up the noisy ones
+    assert mine["out_of_fold"]["per_set"]["clean"]["simple_fast"] == 1.0
+    assert (mine["out_of_fold"]["per_set"]["clean"]["complex_delegated"]
+            > both["out_of_fold"]["per_set"]["clean"]["complex_delegated"])  # fmt: skip

@@ -676,11 +676,17 @@ _GRID = tuple(k / 100.0 for k in range(1, 96))
 
 
 def gather(
-    paths: Sequence[Path], *, seed: int = 0, semantic: bool = True, batch: int = 64
+    paths: Sequence[Path],
+    *,
+    seed: int = 0,
+    semantic: bool = True,
+    batch: int = 64,
+    local: Mapping[str, Any] | None = None,
 ) -> dict[str, tuple[list[Ask], list[Row]]]:
-    """Asks and rows of each file in ``paths`` (by file name), through a judge-less engine,
-    with a format-2 probe's inputs and (``semantic``) the semantic check's reading of
-    every prefix a fast tier answered (embedded in batches: this is fitting, not serving)."""
+    """Asks and rows of each file in ``paths`` (by file name), through a judge-less engine
+    (``local``: its local tier's keyword arguments), with a format-2 probe's inputs and
+    (``semantic``) the semantic check's reading of every prefix a fast tier answered
+    (embedded in batches: this is fitting, not serving)."""
     import asyncio
 
     from rtgate.domains.loader import load_semantic_scope
@@ -690,7 +696,7 @@ def gather(
     scope = load_semantic_scope(embedder=Embedder(cache_size=0)) if semantic else None
 
     async def rows_of(asks: Sequence[Ask]) -> list[Row]:
-        cfg = EngineConfig(judge=False, semantic=False, seed=seed)
+        cfg = EngineConfig(judge=False, semantic=False, seed=seed, local=dict(local or {}))
         async with AutocompleteEngine.build(cfg) as engine:
             return await collect(engine, probe, asks, seed=seed)
 
@@ -770,10 +776,13 @@ def pick_thresholds(
 ) -> tuple[list[float], dict[str, float]]:
     """The four thresholds (:data:`MODES`) delegating the most complex asks with
     ``min_fast`` of the simple ones kept fast (``low``, ``anyway``: :func:`_lowest`;
-    ``simple``: per ask; ``vetoed``: asks a scope bar sends on). On a tie: more simple asks
-    kept fast, then the lower thresholds. A coarse grid (0.05), then steps of 0.01 around
-    the best, one threshold at a time, until nothing improves."""
+    ``simple``: per ask; ``vetoed``: asks a scope bar sends on). ``min_fast`` counts the
+    simple asks the judge could keep: those no fast tier left to the cloud ``anyway``.
+    On a tie: more simple asks kept fast, then the lower thresholds. A coarse grid
+    (0.05), then steps of 0.01 around the best, one threshold at a time, until nothing
+    improves."""
     hard = ~simple
+    simple = simple & ~anyway
 
     def key(t: Sequence[float]) -> tuple[float, float, float] | None:
         went = _went(low, anyway, t, vetoed)
@@ -800,9 +809,10 @@ def pick_thresholds(
             k = key(t)
             if k is not None and (best is None or k > best[0]):
                 best = (k, t)
+    everyone = simple | (anyway & ~hard)
     if best is None:
         t0 = [0.0] * len(MODES)
-        return t0, _asks_shares(_went(low, anyway, t0, vetoed), simple)
+        return t0, _asks_shares(_went(low, anyway, t0, vetoed), everyone)
     improved = True
     while improved:
         improved = False
@@ -813,7 +823,7 @@ def pick_thresholds(
                 k = key(t)
                 if k is not None and k > best[0]:
                     best, improved = (k, t), True
-    return best[1], _asks_shares(_went(low, anyway, best[1], vetoed), simple)
+    return best[1], _asks_shares(_went(low, anyway, best[1], vetoed), everyone)
 
 
 def _vetoed(rows: Sequence[Row], n: int, bars: Bars) -> np.ndarray[Any, Any]:
@@ -839,11 +849,16 @@ def fit_single(
     min_fast: float = 0.96,
     bar_grid: Sequence[float] = BAR_GRID,
     k: int = 5,
+    pick_on: Sequence[str] | None = None,
+    local: Mapping[str, Any] | None = None,
 ) -> tuple[CalibratedJudge, dict[str, Any]]:
     """The format-2 judge fitted on every set of ``gathered`` (:func:`gather`) together:
     its two weight sets, its four thresholds and scope bars chosen on out-of-fold
-    predictions (folds by ask, across the sets), and a report of its out-of-fold
-    calibration (ECE, reliability) and shares, per set and in all."""
+    predictions (folds by ask, across the sets; ``pick_on``: only the asks of these sets
+    choose them, all by default), and a report of its out-of-fold calibration (ECE,
+    reliability) and shares, per set and in all. ``local``: the local tier's keyword
+    arguments the rows were gathered with, kept in the judge's meta (the engine builds
+    its local tier so)."""
     asks: list[Ask] = []
     rows: list[Row] = []
     for set_asks, set_rows in gathered.values():
@@ -865,12 +880,19 @@ def fit_single(
     p = {"typed": plain, "pause": plain, "typed_semantic": sem, "pause_semantic": sem}
     low, anyway = _lowest(len(asks), rows, p)
     simple = np.asarray([a.kind == "simple" for a in asks])
+    chooses = np.zeros(len(asks), dtype=bool)
+    base = 0
+    for name, (set_asks, _) in gathered.items():
+        chooses[base : base + len(set_asks)] = pick_on is None or name in pick_on
+        base += len(set_asks)
     best: tuple[tuple[float, float], list[float], Bars, dict[str, float]] | None = None
     for bars in itertools.product(bar_grid, bar_grid):
-        vetoed = _vetoed(rows, len(asks), bars)
-        if bars != (_OFF, _OFF) and (vetoed & simple).mean() > 1.0 - min_fast:
+        vetoed = _vetoed(rows, len(asks), bars)[chooses]
+        mine = simple[chooses]
+        if bars != (_OFF, _OFF) and (vetoed & mine).sum() > (1.0 - min_fast) * mine.sum():
             continue
-        t, shares = pick_thresholds(low, anyway, simple, min_fast=min_fast, vetoed=vetoed)
+        t, shares = pick_thresholds(low[chooses], anyway[chooses], mine, min_fast=min_fast,
+                                    vetoed=vetoed)  # fmt: skip
         key = (shares["complex_delegated"], shares["simple_fast"])
         if best is None or key > best[0] or (key == best[0] and sorted(bars) > sorted(best[2])):
             best = (key, t, bars, shares)
@@ -903,6 +925,8 @@ def fit_single(
         "n_labelled": len(labelled),
         "n_labelled_semantic": len(labelled_sem),
         "min_fast": min_fast,
+        "picked_on": list(pick_on) if pick_on is not None else list(gathered),
+        "local": dict(local or {}),
         "thresholds": dict(zip(MODES, t, strict=True)),
         "scope_bars": scope_bars,
         "out_of_fold": {**shares, "per_set": per_set,

@@ -270,7 +270,11 @@ class AutocompleteEngine:
                 )
             else:
                 local_scorer = EmulatedScorer(seed=cfg.seed)
-        local = LocalSuggestTier(reader, local_scorer, **cfg.local)
+        judge: Any = load_judge() if cfg.judge and judge_path().exists() else None
+        # a judge fitted through a local tier built otherwise (rtgate intents judge
+        # --single: e.g. one that leaves long complex prefixes to it) has it built so
+        fitted_with = judge.meta.get("local", {}) if judge is not None else {}
+        local = LocalSuggestTier(reader, local_scorer, **{**fitted_with, **cfg.local})
         if cloud is None:
             inner = CloudSuggestTier(reader, cloud_scorer)
             seed = cfg.seed
@@ -283,7 +287,6 @@ class AutocompleteEngine:
         tiers: list[Tier] = [cache, local, cloud]
         if cfg.templates:
             tiers.append(TemplateSuggestTier(table, reader))
-        judge: Any = load_judge() if cfg.judge and judge_path().exists() else None
         if cfg.semantic and judge is not None:  # the check is a part of the judge's veto
             scope = load_semantic_scope(embedder=Embedder(threads=cfg.semantic_threads))
             if scope is not None:

@@ -126,6 +126,17 @@ def judge_cmd(
     min_fast: Annotated[
         float, typer.Option(help="with --single: share of simple asks kept fast, out of fold")
     ] = 0.96,
+    pick_on: Annotated[
+        str | None,
+        typer.Option(help="with --single: the sets whose asks choose the thresholds (all)"),
+    ] = None,
+    local_declines: Annotated[
+        bool,
+        typer.Option(
+            help="with --single: the local tier declines long prefixes it reads as complex "
+            "(--no-local-declines: it answers them and the judge decides; kept in the judge)"
+        ),
+    ] = True,
 ) -> None:
     """Fit the judge on ASKS through the autocomplete engine and write it to OUT; with
     ``--generic``, the domain-free judge of the text's own signals too; with ``--single``,
@@ -138,7 +149,8 @@ def judge_cmd(
     scope.save(scope_path())
     typer.echo(f"wrote {scope_path()} ({scope.meta['n_examples']} rows)")
     if single is not None:
-        _fit_single(single, out, min_fast, json_out)
+        picks = None if pick_on is None else [n.strip() for n in pick_on.split(",")]
+        _fit_single(single, out, min_fast, json_out, picks, local_declines)
         return
 
     gen: dict[str, Any] | None = None
@@ -165,11 +177,20 @@ def judge_cmd(
         json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
-def _fit_single(sets: str, out: Path, min_fast: float, json_out: Path | None) -> None:
+def _fit_single(
+    sets: str,
+    out: Path,
+    min_fast: float,
+    json_out: Path | None,
+    pick_on: list[str] | None,
+    local_declines: bool,
+) -> None:
     from rtgate.apps.autocomplete.abstention import ask_set, fit_single, gather
 
-    gathered = gather([ask_set(n.strip()) for n in sets.split(",") if n.strip()])
-    judge, report = fit_single(gathered, min_fast=min_fast)
+    local: dict[str, Any] = {} if local_declines else {"complex_p": None}
+    gathered = gather([ask_set(n.strip()) for n in sets.split(",") if n.strip()], local=local)
+    picks = None if pick_on is None else [ask_set(n).name for n in pick_on]
+    judge, report = fit_single(gathered, min_fast=min_fast, pick_on=picks, local=local)
     judge.save(out)
     oof, t = report["out_of_fold"], report["thresholds"]
     typer.echo(
