@@ -193,10 +193,16 @@ def test_four_thresholds_are_chosen_together_keeping_simple_asks_fast() -> None:
     t, shares = pick_thresholds(low, anyway, simple, min_fast=1.0)
     assert shares == {"complex_delegated": 1.0, "simple_fast": 1.0}
     assert 0.5 < t[0] <= 0.8 and 0.3 < t[1] <= 0.6 and 0.2 < t[3] <= 0.7
-    # a simple ask that must go: with min_fast 1.0 nothing may reach it
+    # a simple ask no fast tier answered goes whatever the judge says: min_fast counts the
+    # simple asks the judge could keep, and the shares count it as gone
     anyway[0] = True
     t, shares = pick_thresholds(low, anyway, simple, min_fast=1.0)
-    assert shares == {"complex_delegated": 0.0, "simple_fast": 0.5} and t == [0.0] * len(MODES)
+    assert shares == {"complex_delegated": 1.0, "simple_fast": 0.5} and 0.2 < t[3] <= 0.7
+    # no threshold keeps ask 1 fast and delegates ask 3 at the pause: ask 1 wins
+    low[1, 3] = 0.1
+    anyway[0] = False
+    t, shares = pick_thresholds(low, anyway, simple, min_fast=1.0)
+    assert shares == {"complex_delegated": 0.6667, "simple_fast": 1.0} and t[3] <= 0.1
 
 
 def test_a_single_judge_is_fitted_out_of_fold_and_replays_its_choice() -> None:

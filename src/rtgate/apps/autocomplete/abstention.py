@@ -413,6 +413,8 @@ async def evaluate(
     when delegated the cause and the prefix that started the first cloud job)."""
     lex = lexicon(e.text for e in load_corpus())
     judge = engine.gate.judge
+    # a late job: the check's veto, or (a judge that weighs the reading) the judge with it
+    late_cause = "judge_semantic" if getattr(judge, "weighs", False) else "semantic"
     went: dict[int, bool] = {}
     probs: list[float] = []
     ys: list[int] = []
@@ -454,7 +456,7 @@ async def evaluate(
             if late:
                 jobs.extend(late)
                 late.clear()
-                cause.setdefault(i, "semantic")
+                cause.setdefault(i, late_cause)
                 trigger.setdefault(i, prefix)
             if jobs:
                 went[i] = True
@@ -477,7 +479,7 @@ async def evaluate(
             if res.job_id is not None:
                 cause.setdefault(i, cause_of(res.trace) + "@pause")
             elif late:
-                cause.setdefault(i, "semantic@pause")
+                cause.setdefault(i, late_cause + "@pause")
             trigger.setdefault(i, keys[-1])
             jobs.extend([*late, *([res.job_id] if res.job_id is not None else [])])
             late.clear()
