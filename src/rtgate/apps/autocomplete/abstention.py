@@ -111,6 +111,7 @@ ASK_SETS = {
     "eval3": DATA_DIR / "asks-eval3.jsonl",  # held out, written blind, measured once
     "eval4": DATA_DIR / "asks-eval4.jsonl",  # held out, written blind (session 9)
     "eval5": DATA_DIR / "asks-eval5.jsonl",  # held out, written blind (session 10)
+    "eval6": DATA_DIR / "asks-eval6.jsonl",  # held out, written blind (session 11)
 }
 FAST = ("template", "cache", "local")
 Bars = tuple[float, float]
