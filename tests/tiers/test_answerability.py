@@ -11,7 +11,9 @@ from rtgate.core.errors import ConfigError
 from rtgate.core.request import Piece, Request
 from rtgate.domains.loader import familiarity, judge_path, load_asks, load_judge, vocabulary
 from rtgate.tiers.answerability import (
+    SCOPE_LOGITS,
     CalibratedJudge,
+    SemanticPart,
     Verdict,
     expected_calibration_error,
     feature_names,
@@ -172,6 +174,80 @@ def test_a_bad_judge_file_is_a_clear_error(tmp_path: Path, body: str) -> None:
         CalibratedJudge.load(path)
 
 
+def _format_2(semantic: SemanticPart | None = None) -> CalibratedJudge:
+    inputs = (*feature_names(), *SCOPE_LOGITS)
+    return CalibratedJudge([0.0] * len(inputs), 0.0, 0.3, pause_threshold=0.35, inputs=inputs,
+                           semantic=semantic)  # fmt: skip
+
+
+def test_a_format_2_judge_reads_the_scope_as_logits() -> None:
+    class Scope:
+        classes: tuple[str, ...] = ("multi", "ood", "simple")
+        blocking = False
+
+        def rank(self, text: str) -> list[tuple[str, float]]:
+            return [("ood", 0.999), ("simple", 0.0009), ("multi", 0.0001)]
+
+    judge = _format_2()
+    judge.scope = Scope()
+    x, _ = judge.features("weather in paris")
+    assert len(x) == len(feature_names()) + 2
+    assert x[4] == pytest.approx(0.999)  # p_ood, where a format-1 judge has it
+    assert x[-1] == pytest.approx(6.907, abs=1e-3) and x[-2] < -9.0  # its logits
+    with pytest.raises(ConfigError, match="unknown inputs"):
+        CalibratedJudge([0.0], 0.0, 0.5, inputs=("p_weather",))
+
+
+def test_a_format_2_judge_weighs_the_semantic_reading_where_the_request_has_one() -> None:
+    n = len(feature_names()) + len(SCOPE_LOGITS)
+    # the semantic part: p = sigmoid(-logit(p_out)) = 1 - p_out
+    judge = _format_2(SemanticPart([0.0] * n + [-1.0], 0.0, 0.2, 0.5))
+    assert judge.weighs_semantic and not _format_2().weighs_semantic
+    typed = judge.judge(Request("my bill"), None)  # no reading: the first weights, p 0.5
+    assert typed.p_right == pytest.approx(0.5) and typed.threshold == 0.3 and typed.answerable
+    read = judge.judge(Request("my bill", meta={"semantic_out": 0.9}), None)
+    assert read.p_right == pytest.approx(0.1, abs=1e-6) and read.threshold == 0.2
+    assert not read.answerable and read.reasons[-1] == "semantic scope 0.90 weighed"
+    at_pause = judge.judge(Request("my bill", meta={"semantic_out": 0.4, "pause": True}), None)
+    assert at_pause.threshold == 0.5 and at_pause.p_right == pytest.approx(0.6, abs=1e-6)
+    assert at_pause.answerable
+    with pytest.raises(ConfigError, match="semantic part"):
+        _format_2(SemanticPart([0.0] * n, 0.0, 0.2, 0.5))
+
+
+def test_a_format_2_judge_round_trips_and_a_format_1_file_still_loads(tmp_path: Path) -> None:
+    n = len(feature_names()) + len(SCOPE_LOGITS)
+    judge = _format_2(SemanticPart([0.01 * i for i in range(n + 1)], 0.5, 0.2, 0.4))
+    path = tmp_path / "judge.json"
+    judge.save(path)
+    assert json.loads(path.read_text(encoding="utf-8"))["format"] == "rtgate.judge/2"
+    back = CalibratedJudge.load(path)
+    assert back.inputs == judge.inputs and back.semantic == judge.semantic
+    assert back.pause_threshold == 0.35
+    old = CalibratedJudge([0.1] * len(feature_names()), 0.0, 0.3)
+    old.save(path)
+    assert json.loads(path.read_text(encoding="utf-8"))["format"] == "rtgate.judge/1"
+    back = CalibratedJudge.load(path)
+    assert back.inputs == tuple(feature_names()) and back.semantic is None
+    # a format-1 file cannot name the format-2 inputs
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    raw["features"] = list(judge.inputs)
+    raw["coef"] = [0.0] * n
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(ConfigError, match="other inputs"):
+        CalibratedJudge.load(path)
+
+
+def test_a_judge_file_of_a_newer_format_is_refused_with_what_this_version_reads(
+    tmp_path: Path,
+) -> None:
+    raw = _format_2().to_dict() | {"format": "rtgate.judge/3"}
+    path = tmp_path / "judge.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"format rtgate\.judge/3; this version reads"):
+        CalibratedJudge.load(path)
+
+
 @pytest.mark.parametrize(
     "bad", [{"threshold": 1.5}, {"pause_threshold": -0.1}, {"pause_threshold": "high"}]
 )
@@ -272,7 +348,8 @@ def _learned_from(*, scope: bool) -> set[str]:
     [("asks-eval.jsonl", 200, 60, False), ("asks-eval2.jsonl", 200, 60, True),
      ("asks-val.jsonl", 80, 60, True), ("asks-eval3.jsonl", 150, 60, True),
      ("asks-val2.jsonl", 100, 60, True), ("asks-eval4.jsonl", 190, 60, True),
-     ("asks-val3.jsonl", 150, 40, True), ("asks-eval5.jsonl", 190, 130, True)],
+     ("asks-val3.jsonl", 150, 40, True), ("asks-eval5.jsonl", 190, 130, True),
+     ("asks-eval6.jsonl", 230, 145, True)],
 )  # fmt: skip
 def test_the_shipped_ask_sets_are_well_formed_and_apart(
     name: str, simple: int, hard: int, scope: bool

@@ -9,6 +9,13 @@ the caller needed, and the gate delegates to the big model when that is too low
 :class:`~rtgate.tiers.complexity.Signals` and the classifier's reading, fitted on held-out
 asks (:func:`fit_judge`) and saved as JSON beside the domain's data; its calibration is
 checked with :func:`reliability` and :func:`expected_calibration_error`.
+
+A judge of file format 2 reads the scope classifier's readings as logits too
+(:data:`SCOPE_LOGITS`: a sure reading can outweigh the rest, where format 1 needed hard
+scope bars beside the model), and may carry a second weight set, :class:`SemanticPart`:
+the same inputs and the semantic scope check's reading, used when the request carries
+one (``meta["semantic_out"]``, set where the check has run: off the keystroke path).
+Format 1 files still load and judge as before.
 """
 
 from __future__ import annotations
@@ -30,9 +37,12 @@ from rtgate.tiers.classifier import IntentClassifier, IntentRanker
 from rtgate.tiers.complexity import Signals, Vocabulary, read_signals
 
 __all__ = [
+    "SCOPE_LOGITS",
+    "SEMANTIC",
     "CalibratedJudge",
     "Familiarity",
     "Judge",
+    "SemanticPart",
     "Verdict",
     "expected_calibration_error",
     "feature_names",
@@ -40,8 +50,13 @@ __all__ = [
     "reliability",
 ]
 
-_FORMAT = "rtgate.judge/1"
+_FORMAT_1 = "rtgate.judge/1"
+_FORMAT = "rtgate.judge/2"
 _EPS = 1e-4
+SCOPE_LOGITS = ("logit_multi", "logit_ood")
+"""Inputs a format-2 judge adds to :func:`feature_names`: the scope readings as logits."""
+SEMANTIC = "logit_semantic"
+"""The input :class:`SemanticPart` adds: the logit of the semantic check's reading."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +94,8 @@ class Judge(Protocol):
 
 
 def feature_names() -> list[str]:
-    """The inputs of :class:`CalibratedJudge`, in order."""
+    """The inputs of a format-1 :class:`CalibratedJudge`, in order (a format-2 judge
+    names its own: these and :data:`SCOPE_LOGITS`)."""
     return ["logit_confidence", "logit_top3", "p_complex", "p_multi", "p_ood",
             *Familiarity.names(), *Signals.names()]  # fmt: skip
 
@@ -143,6 +159,30 @@ def _logit(p: float) -> float:
     return math.log(p / (1.0 - p))
 
 
+@dataclass(frozen=True, slots=True)
+class SemanticPart:
+    """The judge's weights when the semantic scope check has read the ask: the judge's
+    inputs and :data:`SEMANTIC`, with thresholds of their own (typed, and at the pause;
+    fitted and chosen with the rest of the judge)."""
+
+    coef: Sequence[float]
+    intercept: float
+    threshold: float
+    pause_threshold: float
+
+    def probability(self, x: Sequence[float], p_out: float) -> float:
+        z = self.intercept + sum(w * v for w, v in zip(self.coef, [*x, _logit(p_out)], strict=True))
+        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "coef": [round(float(w), 6) for w in self.coef],
+            "intercept": round(float(self.intercept), 6),
+            "threshold": self.threshold,
+            "pause_threshold": self.pause_threshold,
+        }
+
+
 @dataclass(slots=True)
 class CalibratedJudge:
     """A logistic model over :func:`feature_names` (see the module docstring).
@@ -154,6 +194,9 @@ class CalibratedJudge:
     the fast answer (:attr:`Verdict.vetoed`); chosen with the threshold, absent: no veto.
     ``pause_threshold``: the threshold for a request whose ``meta["pause"]`` is true (the
     whole ask, sent when the user stopped typing); ``threshold`` when unset.
+    ``inputs``: the names of the inputs ``coef`` weighs (:func:`feature_names` when
+    empty; a format-2 judge adds :data:`SCOPE_LOGITS`). ``semantic``: the weights used
+    instead when the request carries the semantic check's reading (``meta["semantic_out"]``).
     """
 
     coef: Sequence[float]
@@ -166,10 +209,24 @@ class CalibratedJudge:
     meta: dict[str, Any] = field(default_factory=dict)
     scope_bars: dict[str, float] = field(default_factory=dict)
     pause_threshold: float | None = None
+    inputs: tuple[str, ...] = ()
+    semantic: SemanticPart | None = None
 
     def __post_init__(self) -> None:
-        if len(self.coef) != len(feature_names()):
-            raise ConfigError(f"judge: {len(self.coef)} weights for {len(feature_names())} inputs")
+        if not self.inputs:
+            self.inputs = tuple(feature_names())
+        unknown = [n for n in self.inputs if n not in (*feature_names(), *SCOPE_LOGITS)]
+        if unknown:
+            raise ConfigError(f"judge: unknown inputs {', '.join(unknown)}")
+        if len(self.coef) != len(self.inputs):
+            raise ConfigError(f"judge: {len(self.coef)} weights for {len(self.inputs)} inputs")
+        if self.semantic is not None and len(self.semantic.coef) != len(self.inputs) + 1:
+            raise ConfigError(f"judge: the semantic part needs {len(self.inputs) + 1} weights")
+
+    @property
+    def weighs_semantic(self) -> bool:
+        """Whether the semantic check's reading is one of this judge's inputs."""
+        return self.semantic is not None
 
     def features(self, text: str, piece: Piece | None = None) -> tuple[list[float], Signals]:
         """The model's inputs for ``text`` (and a fast answer's claimed confidence)."""
@@ -191,7 +248,12 @@ class CalibratedJudge:
         signals = read_signals(text, vocabulary=self.vocabulary, ranker=self.ranker)
         known = self.familiarity.measure(text) if self.familiarity is not None else [0.0, 1.0, 1.0]
         head = [_logit(conf), _logit(top3), p_complex, p_multi, p_ood]
-        return [*head, *known, *signals.features()], signals
+        every = [*head, *known, *signals.features()]
+        if self.inputs == tuple(feature_names()):
+            return every, signals
+        named = dict(zip(feature_names(), every, strict=True))
+        named.update(zip(SCOPE_LOGITS, (_logit(p_multi), _logit(p_ood)), strict=True))
+        return [named[n] for n in self.inputs], signals
 
     def probability(self, x: Sequence[float]) -> float:
         z = self.intercept + sum(w * v for w, v in zip(self.coef, x, strict=True))
@@ -199,14 +261,22 @@ class CalibratedJudge:
 
     def judge(self, request: Request, piece: Piece | None) -> Verdict:
         x, signals = self.features(request.input, piece)
-        p = self.probability(x)
+        pause = bool(request.meta.get("pause"))
         reasons = signals.reasons()
         for name, at in (("complex", 2), ("multi-part", 3), ("out-of-domain", 4)):
             if x[at] >= 0.5:
                 reasons.insert(0, f"reads as {name} (p={x[at]:.2f})")
-        bar = self.threshold
-        if request.meta.get("pause") and self.pause_threshold is not None:
-            bar = self.pause_threshold
+        p_out = request.meta.get("semantic_out")
+        part = self.semantic
+        if part is not None and isinstance(p_out, int | float) and not isinstance(p_out, bool):
+            p = part.probability(x, float(p_out))
+            bar = part.pause_threshold if pause else part.threshold
+            reasons.append(f"semantic scope {float(p_out):.2f} weighed")
+        else:
+            p = self.probability(x)
+            bar = self.threshold
+            if pause and self.pause_threshold is not None:
+                bar = self.pause_threshold
         vetoed = self.vetoes(x)
         if vetoed:
             reasons.insert(0, "scope bar reached")
@@ -220,9 +290,10 @@ class CalibratedJudge:
     # -- persistence ---------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
+        v1 = self.inputs == tuple(feature_names()) and self.semantic is None
         out: dict[str, Any] = {
-            "format": _FORMAT,
-            "features": feature_names(),
+            "format": _FORMAT_1 if v1 else _FORMAT,
+            "features": list(self.inputs),
             "coef": [round(float(w), 6) for w in self.coef],
             "intercept": round(float(self.intercept), 6),
             "threshold": self.threshold,
@@ -231,6 +302,8 @@ class CalibratedJudge:
             out["scope_bars"] = dict(self.scope_bars)
         if self.pause_threshold is not None:
             out["pause_threshold"] = self.pause_threshold
+        if self.semantic is not None:
+            out["semantic"] = self.semantic.to_dict()
         out["meta"] = self.meta
         return out
 
@@ -248,23 +321,43 @@ class CalibratedJudge:
         familiarity: Familiarity | None = None,
         scope: IntentRanker | None = None,
     ) -> CalibratedJudge:
-        """A judge saved by :meth:`save`; ``ConfigError`` if the file is not one, or was
-        fitted on other inputs than this version reads."""
+        """A judge saved by :meth:`save` (format 1 or 2); ``ConfigError`` if the file is not
+        one, is of another format, or was fitted on other inputs than this version reads."""
         try:
             raw = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ConfigError(f"{path}: cannot read the judge: {e}") from e
-        if not isinstance(raw, dict) or raw.get("format") != _FORMAT:
-            raise ConfigError(f"{path}: not a judge file ({_FORMAT})")
-        if raw.get("features") != feature_names():
+        if not isinstance(raw, dict) or not str(raw.get("format", "")).startswith("rtgate.judge/"):
+            raise ConfigError(f"{path}: not a judge file ({_FORMAT_1} or {_FORMAT})")
+        version = raw["format"]
+        if version not in (_FORMAT_1, _FORMAT):
+            raise ConfigError(
+                f"{path}: judge file format {version}; this version reads {_FORMAT_1} and "
+                f"{_FORMAT} (refit it: rtgate intents judge)"
+            )
+        names = raw.get("features")
+        known = (*feature_names(), *SCOPE_LOGITS)
+        if version == _FORMAT_1 and names != feature_names():
+            raise ConfigError(f"{path}: fitted on other inputs; refit it (rtgate intents judge)")
+        if not isinstance(names, list) or not names or any(n not in known for n in names):
             raise ConfigError(f"{path}: fitted on other inputs; refit it (rtgate intents judge)")
         try:
             coef = [float(w) for w in raw["coef"]]
             intercept, threshold = float(raw["intercept"]), float(raw["threshold"])
+            part = raw.get("semantic")
+            semantic = None if version == _FORMAT_1 or part is None else SemanticPart(
+                [float(w) for w in part["coef"]], float(part["intercept"]),
+                float(part["threshold"]), float(part["pause_threshold"]))  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{path}: malformed judge: {e}") from e
+        if len(coef) != len(names):
+            raise ConfigError(f"{path}: malformed judge: {len(coef)} weights for {len(names)}")
         pause = raw.get("pause_threshold")
-        for name, value in (("threshold", threshold), ("pause_threshold", pause)):
+        checked: list[tuple[str, Any]] = [("threshold", threshold), ("pause_threshold", pause)]
+        if semantic is not None:
+            checked += [("semantic threshold", semantic.threshold),
+                        ("semantic pause_threshold", semantic.pause_threshold)]  # fmt: skip
+        for name, value in checked:
             if value is not None and (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
@@ -280,7 +373,7 @@ class CalibratedJudge:
         meta: dict[str, Any] = raw["meta"] if isinstance(raw.get("meta"), dict) else {}
         return cls(coef, intercept, threshold, ranker, vocabulary, familiarity, scope, dict(meta),
                    {k: float(v) for k, v in bars.items()},
-                   None if pause is None else float(pause))  # fmt: skip
+                   None if pause is None else float(pause), tuple(names), semantic)  # fmt: skip
 
 
 def fit_judge(

@@ -6,16 +6,22 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 from rtgate.apps.autocomplete.abstention import (
     CAUSES,
+    MODES,
     Row,
     ask_set,
     cause_of,
     evaluate,
     fit,
     fit_generic,
+    fit_single,
     pick_threshold,
+    pick_thresholds,
     prefixes_of,
+    replay,
 )
 from rtgate.apps.autocomplete.engine import EngineConfig
 from rtgate.apps.autocomplete.sessions import lexicon
@@ -149,6 +155,8 @@ def test_the_cause_of_a_cloud_job_is_read_from_the_trace() -> None:
     assert cause_of(trace("local not trusted alone (p=0.05 < 0.09: 2 intents)")) == "judge"
     semantic = "local not trusted alone (p=0.95 >= 0.09 (vetoed): semantic scope 0.91)"
     assert cause_of(trace(semantic)) == "semantic"
+    weighed = "local not trusted alone (p=0.05 < 0.20: semantic scope 0.91 weighed)"
+    assert cause_of(trace(weighed)) == "judge_semantic"
     complex_ = ("local", "declined", "local: a complex ask (p=0.80)")
     assert cause_of(trace(None, complex_)) == "declined_complex"
     unknown = ("local", "declined", "local: unknown ask (p=0.10)")
@@ -169,3 +177,87 @@ async def test_evaluate_says_why_each_delegated_ask_went(
     multi = report["asks"][1]
     assert multi["cause"] == cause and MULTI.text.startswith(multi["by_prefix"])
     assert report["asks"][0]["cause"] is None and report["asks"][0]["by_prefix"] is None
+
+
+def test_four_thresholds_are_chosen_together_keeping_simple_asks_fast() -> None:
+    # asks 0-1 simple, 2-4 complex; the lowest probability per ask and mode (MODES)
+    low = np.array([
+        [0.9, 0.6, 0.9, 0.9],
+        [0.8, 0.9, 0.9, 0.7],
+        [0.9, 0.3, 0.9, 0.9],  # caught only with the semantic reading, typed
+        [0.9, 0.9, 0.9, 0.2],  # ... or at the pause
+        [0.5, 0.9, 0.9, 0.9],  # ... or without it, typed
+    ])  # fmt: skip
+    simple = np.array([True, True, False, False, False])
+    anyway = np.zeros(5, dtype=bool)
+    t, shares = pick_thresholds(low, anyway, simple, min_fast=1.0)
+    assert shares == {"complex_delegated": 1.0, "simple_fast": 1.0}
+    assert 0.5 < t[0] <= 0.8 and 0.3 < t[1] <= 0.6 and 0.2 < t[3] <= 0.7
+    # a simple ask no fast tier answered goes whatever the judge says: min_fast counts the
+    # simple asks the judge could keep, and the shares count it as gone
+    anyway[0] = True
+    t, shares = pick_thresholds(low, anyway, simple, min_fast=1.0)
+    assert shares == {"complex_delegated": 1.0, "simple_fast": 0.5} and 0.2 < t[3] <= 0.7
+    # no threshold keeps ask 1 fast and delegates ask 3 at the pause: ask 1 wins
+    low[1, 3] = 0.1
+    anyway[0] = False
+    t, shares = pick_thresholds(low, anyway, simple, min_fast=1.0)
+    assert shares == {"complex_delegated": 0.6667, "simple_fast": 1.0} and t[3] <= 0.1
+
+
+def test_a_single_judge_is_fitted_out_of_fold_and_replays_its_choice() -> None:
+    from rtgate.tiers.answerability import SCOPE_LOGITS, feature_names
+
+    n_in = len(feature_names()) + len(SCOPE_LOGITS)
+    rng = np.random.default_rng(0)
+    asks: list[Ask] = []
+    rows: list[Row] = []
+    for k in range(60):
+        kind = "simple" if k % 2 == 0 else "ood"
+        asks.append(Ask(f"ask {k}", "en", kind, "bill_query" if kind == "simple" else None))  # type: ignore[arg-type]
+        for j in range(3):
+            x = list(rng.normal(size=n_in))
+            x[-1] = (-3.0 if kind == "simple" else 3.0) + rng.normal()  # logit_ood tells
+            label = 1 if kind == "simple" else (0 if j > 0 else None)
+            rows.append(Row(k, f"ask {k} {j}", kind, "en", x, label, False, j == 2,
+                            0.1 if kind == "simple" else 0.8))  # fmt: skip
+    judge, report = fit_single(
+        {"a": (asks, rows)}, min_fast=0.95, bar_grid=(math.inf,), local={"complex_p": None}
+    )
+    assert judge.meta["local"] == {"complex_p": None} and report["picked_on"] == ["a"]
+    assert judge.weighs_semantic and judge.scope_bars == {}
+    oof = report["out_of_fold"]
+    assert oof["simple_fast"] >= 0.95 and oof["complex_delegated"] >= 0.9
+    assert 0.0 <= oof["typed"]["ece"] <= 1.0 and oof["semantic"]["n"] == 150
+    assert set(report["thresholds"]) == set(MODES)
+    again = replay(judge, asks, rows)  # in sample: at least as good as out of fold
+    assert again["complex_delegated"] >= 0.9 and again["simple_fast"] >= 0.95
+    assert again["en"] == {k: again[k] for k in ("complex_delegated", "simple_fast")}
+
+
+def test_the_thresholds_may_be_chosen_on_some_of_the_fitting_sets() -> None:
+    from rtgate.tiers.answerability import SCOPE_LOGITS, feature_names
+
+    n_in = len(feature_names()) + len(SCOPE_LOGITS)
+    rng = np.random.default_rng(1)
+
+    def one_set(noisy: bool) -> tuple[list[Ask], list[Row]]:
+        asks: list[Ask] = []
+        rows: list[Row] = []
+        for k in range(40):
+            kind = "simple" if k % 2 == 0 else "ood"
+            asks.append(Ask(f"ask {k}", "en", kind, "bill_query" if kind == "simple" else None))  # type: ignore[arg-type]
+            x = list(rng.normal(size=n_in))
+            x[-1] = (-2.0 if kind == "simple" else 2.0) + rng.normal(scale=3.0 if noisy else 0.3)
+            rows.append(Row(k, f"ask {k}", kind, "en", x, int(kind == "simple"), False, True, 0.5))
+        return asks, rows
+
+    clean, noisy = one_set(False), one_set(True)
+    _, both = fit_single({"clean": clean, "noisy": noisy}, min_fast=1.0, bar_grid=(math.inf,))
+    _, mine = fit_single({"clean": clean, "noisy": noisy}, min_fast=1.0, bar_grid=(math.inf,),
+                         pick_on=["clean"])  # fmt: skip
+    assert mine["picked_on"] == ["clean"]
+    # chosen on the clean asks alone, the bar keeps them fast and may give up the noisy ones
+    assert mine["out_of_fold"]["per_set"]["clean"]["simple_fast"] == 1.0
+    assert (mine["out_of_fold"]["per_set"]["clean"]["complex_delegated"]
+            > both["out_of_fold"]["per_set"]["clean"]["complex_delegated"])  # fmt: skip

@@ -209,3 +209,16 @@ async def test_without_the_judge_a_keyword_answer_is_final(
         res = await engine.complete(MULTI_WITH_KEYWORDS)
     assert not res.partial and res.trace["partial"] is False
     assert res.trace["confidence"] is None and res.trace["abstained"] is None
+
+
+def test_a_local_tier_without_a_complex_bar_leaves_long_complex_prefixes_to_the_judge(
+    reader: Reader,
+) -> None:
+    from rtgate.apps.autocomplete.tiers import LocalSuggestTier
+    from rtgate.core.errors import Declined
+
+    text = "if my card was charged twice abroad and only one charge was refunded what happens"
+    with pytest.raises(Declined, match="complex ask"):
+        LocalSuggestTier(reader).read(text)
+    reading, found = LocalSuggestTier(reader, complex_p=None).read(text)
+    assert found and reading.proba.get("complex", 0.0) >= 0.7

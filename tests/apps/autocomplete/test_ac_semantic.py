@@ -267,3 +267,34 @@ async def test_the_watch_says_whether_a_vetoed_prefix_came_at_a_pause() -> None:
     finally:
         await watch.aclose()
     assert told == [("weather in ", False), ("weather in paris", True)]
+
+
+async def test_a_judge_that_weighs_the_reading_gets_every_one_and_is_not_overruled() -> None:
+    class Weighing:
+        threshold = 0.4
+        weighs_semantic = True
+
+        def judge(self, request: Request, piece: Piece | None) -> Verdict:
+            p_out = request.meta.get("semantic_out")
+            p = 0.9 if p_out is None else 1.0 - float(p_out)
+            return Verdict(p, 0.4, ("semantic scope weighed",) if p_out is not None else ())
+
+    veto = SemanticVeto(Weighing(), FakeScope(), overrule=0.5)  # type: ignore[arg-type]
+    assert veto.weighs
+    low = veto.judge(Request(input="pay bill ", meta={"semantic_out": 0.1}), None)
+    high = veto.judge(Request(input="pay bill ", meta={"semantic_out": 0.9}), None)
+    assert low.answerable and not low.vetoed and low.p_right == pytest.approx(0.9)
+    assert not high.answerable and not high.vetoed  # the judge's own p, no veto
+    told: list[tuple[str, str, float]] = []
+
+    async def tell(session: str, prefix: str, p: float, pause: bool) -> None:
+        told.append((session, prefix, p))
+
+    watch = SemanticWatch(FakeScope(), tell, relays=lambda p, pause: True)  # type: ignore[arg-type]
+    watch.start()
+    try:
+        watch.submit("s", "how do i pay ")  # 0.1: under the scope's bar, handed back all the same
+        await watch.settle()
+    finally:
+        await watch.aclose()
+    assert told == [("s", "how do i pay ", 0.1)]

@@ -25,6 +25,14 @@ simple asks left on the fast path. With it, the scope bars: a prefix the scope c
 reads as multi-part or out-of-domain at or above its bar is delegated whatever the
 logistic model says (a linear model caps what one sure input can weigh). The scope
 classifier never learns from the tuning asks, so its readings of them are out of sample.
+
+:func:`fit_single` fits the format-2 judge instead (one model, no hard bar chosen in
+sample): the scope readings enter as logits, and a second weight set adds the semantic
+check's reading of the prefix (``Row.semantic``, read when the rows are gathered). Its
+four thresholds (typed or at the pause, without or with the semantic reading) and any
+scope bar are chosen together on out-of-fold predictions over every fitting set
+(:func:`pick_thresholds`); :func:`replay` gives a judge's shares on other rows without
+running the engine again.
 """
 
 from __future__ import annotations
@@ -58,7 +66,9 @@ from rtgate.domains.loader import (
     vocabulary,
 )
 from rtgate.tiers.answerability import (
+    SCOPE_LOGITS,
     CalibratedJudge,
+    SemanticPart,
     expected_calibration_error,
     feature_names,
     fit_judge,
@@ -80,9 +90,13 @@ __all__ = [
     "fit",
     "fit_generic",
     "fit_neighbours",
+    "fit_single",
+    "gather",
     "pick_pause_threshold",
     "pick_threshold",
+    "pick_thresholds",
     "prefixes_of",
+    "replay",
     "run_sets",
 ]
 
@@ -97,6 +111,7 @@ ASK_SETS = {
     "eval3": DATA_DIR / "asks-eval3.jsonl",  # held out, written blind, measured once
     "eval4": DATA_DIR / "asks-eval4.jsonl",  # held out, written blind (session 9)
     "eval5": DATA_DIR / "asks-eval5.jsonl",  # held out, written blind (session 10)
+    "eval6": DATA_DIR / "asks-eval6.jsonl",  # held out, written blind (session 11)
 }
 FAST = ("template", "cache", "local")
 Bars = tuple[float, float]
@@ -107,8 +122,8 @@ BAR_GRID = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, _OFF)
 SCOPE_BAR_GRID = tuple(k / 100.0 for k in range(30, 100))
 _LATE = 0.6  # share of a complex ask after which its prefix is labelled "not answerable"
 # why a prefix started a cloud job (:func:`cause_of`), in the order they are checked
-CAUSES = ("scope_bar", "judge", "semantic", "declined_complex", "declined_unknown",
-          "budget", "other")  # fmt: skip
+CAUSES = ("scope_bar", "judge_semantic", "judge", "semantic", "declined_complex",
+          "declined_unknown", "budget", "other")  # fmt: skip
 _BELOW = re.compile(r"\(p=\S+ < ")
 
 
@@ -117,6 +132,8 @@ def cause_of(trace: Mapping[str, Any]) -> str:
     cloud job started it, one of :data:`CAUSES`:
 
     - ``scope_bar``: the judge's scope bars vetoed the fast answer (whatever ``p`` said);
+    - ``judge_semantic``: the judge, weighing the semantic check's reading, put
+      ``p_right`` under its threshold (a format-2 judge);
     - ``judge``: the judge's ``p_right`` was under its threshold;
     - ``semantic``: the semantic scope check vetoed it (not overruled);
     - ``declined_complex`` / ``declined_unknown``: the local tier declined a long prefix it
@@ -128,6 +145,8 @@ def cause_of(trace: Mapping[str, Any]) -> str:
     if why:
         if "scope bar reached" in why:
             return "scope_bar"
+        if _BELOW.search(why) and "weighed" in why:
+            return "judge_semantic"
         if _BELOW.search(why):
             return "judge"
         return "semantic" if "semantic scope" in why else "other"
@@ -156,6 +175,7 @@ class Row:
     label: int | None  # 1: the fast answer was right; None: not labelled
     delegated_anyway: bool  # nothing fast answered and a cloud job started
     pause: bool = False  # the whole ask, delegable only because the typist paused
+    semantic: float | None = None  # the semantic check's reading, when gathered with it
 
 
 def delegable(
@@ -311,10 +331,11 @@ def _out_of_fold(
     for fold in range(k):
         train = [i for i, g in enumerate(groups) if g % k != fold and use[i]]
         coef, b = fit_judge([x[i] for i in train], [y[i] for i in train])
-        model = CalibratedJudge(coef, b, 0.5)
+        w = np.asarray(coef)
         for i, g in enumerate(groups):
             if g % k == fold:
-                out[i] = model.probability(x[i])
+                z = b + float(w @ np.asarray(x[i]))
+                out[i] = 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
     return out
 
 
@@ -393,6 +414,8 @@ async def evaluate(
     when delegated the cause and the prefix that started the first cloud job)."""
     lex = lexicon(e.text for e in load_corpus())
     judge = engine.gate.judge
+    # a late job: the check's veto, or (a judge that weighs the reading) the judge with it
+    late_cause = "judge_semantic" if getattr(judge, "weighs", False) else "semantic"
     went: dict[int, bool] = {}
     probs: list[float] = []
     ys: list[int] = []
@@ -434,7 +457,7 @@ async def evaluate(
             if late:
                 jobs.extend(late)
                 late.clear()
-                cause.setdefault(i, "semantic")
+                cause.setdefault(i, late_cause)
                 trigger.setdefault(i, prefix)
             if jobs:
                 went[i] = True
@@ -457,7 +480,7 @@ async def evaluate(
             if res.job_id is not None:
                 cause.setdefault(i, cause_of(res.trace) + "@pause")
             elif late:
-                cause.setdefault(i, "semantic@pause")
+                cause.setdefault(i, late_cause + "@pause")
             trigger.setdefault(i, keys[-1])
             jobs.extend([*late, *([res.job_id] if res.job_id is not None else [])])
             late.clear()
@@ -646,3 +669,295 @@ def fit_neighbours(
               "in_sample": {k: round(v, 4) for k, v in _shares(asks, went).items()}}  # fmt: skip
     scope.meta["neighbours"] = report
     return report
+
+
+# -- the single judge (format 2) ---------------------------------------------------------
+
+MODES = ("typed", "typed_semantic", "pause", "pause_semantic")
+"""The four readings of a delegable prefix a format-2 judge has a threshold for."""
+_GRID = tuple(k / 100.0 for k in range(1, 96))
+
+
+def gather(
+    paths: Sequence[Path],
+    *,
+    seed: int = 0,
+    semantic: bool = True,
+    batch: int = 64,
+    local: Mapping[str, Any] | None = None,
+) -> dict[str, tuple[list[Ask], list[Row]]]:
+    """Asks and rows of each file in ``paths`` (by file name), through a judge-less engine
+    (``local``: its local tier's keyword arguments), with a format-2 probe's inputs and
+    (``semantic``) the semantic check's reading of every prefix a fast tier answered
+    (embedded in batches: this is fitting, not serving)."""
+    import asyncio
+
+    from rtgate.domains.loader import load_semantic_scope
+    from rtgate.models.embeddings import Embedder
+
+    probe = _probe()
+    scope = load_semantic_scope(embedder=Embedder(cache_size=0)) if semantic else None
+
+    async def rows_of(asks: Sequence[Ask]) -> list[Row]:
+        cfg = EngineConfig(judge=False, semantic=False, seed=seed, local=dict(local or {}))
+        async with AutocompleteEngine.build(cfg) as engine:
+            return await collect(engine, probe, asks, seed=seed)
+
+    out: dict[str, tuple[list[Ask], list[Row]]] = {}
+    for path in paths:
+        asks = load_asks(path)
+        rows = asyncio.run(rows_of(asks))
+        if scope is not None:
+            read = [r for r in rows if r.x is not None]
+            for k in range(0, len(read), batch):
+                part = read[k : k + batch]
+                vs = scope.embedder.embed_many([normalize(r.prefix) for r in part])
+                for r, v in zip(part, vs, strict=True):
+                    r.semantic = scope.out_of_scope_of(v)
+        out[path.name] = (asks, rows)
+    return out
+
+
+def _probe() -> CalibratedJudge:
+    """A weightless format-2 judge: what reads an ask's inputs."""
+    clf = load_classifier("ngram")
+    assert isinstance(clf, IntentClassifier)
+    inputs = (*feature_names(), *SCOPE_LOGITS)
+    return CalibratedJudge([0.0] * len(inputs), 0.0, 0.5, clf, vocabulary(), familiarity(clf),
+                           load_scope(), inputs=inputs)  # fmt: skip
+
+
+def _semantic_x(row: Row) -> list[float]:
+    p = min(1.0 - 1e-4, max(1e-4, row.semantic if row.semantic is not None else 0.5))
+    return [*(row.x or []), math.log(p / (1.0 - p))]
+
+
+def _lowest(
+    asks_n: int, rows: Sequence[Row], p: Mapping[str, Mapping[int, float]]
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Per ask and mode (:data:`MODES`), the lowest probability of its rows read so (1.0
+    when none), and per ask whether it was delegated whatever the judge said."""
+    low = np.ones((asks_n, len(MODES)))
+    anyway = np.zeros(asks_n, dtype=bool)
+    for i, r in enumerate(rows):
+        anyway[r.ask] |= r.delegated_anyway
+        for m, mode in enumerate(MODES):
+            if mode.startswith("pause") != r.pause or i not in p[mode]:
+                continue
+            low[r.ask, m] = min(low[r.ask, m], p[mode][i])
+    return low, anyway
+
+
+def _rows_p(judge: CalibratedJudge, rows: Sequence[Row]) -> dict[str, dict[int, float]]:
+    """Each answered row's probability under ``judge``, per mode it can be read in."""
+    plain = {i: judge.probability(r.x) for i, r in enumerate(rows) if r.x is not None}
+    part = judge.semantic
+    sem = {} if part is None else {
+        i: part.probability(r.x, r.semantic)
+        for i, r in enumerate(rows) if r.x is not None and r.semantic is not None
+    }  # fmt: skip
+    return {"typed": plain, "pause": plain, "typed_semantic": sem, "pause_semantic": sem}
+
+
+def _went(
+    low: np.ndarray[Any, Any],
+    anyway: np.ndarray[Any, Any],
+    t: Sequence[float],
+    vetoed: np.ndarray[Any, Any] | None = None,
+) -> np.ndarray[Any, Any]:
+    went = anyway | (low < np.asarray(t)).any(axis=1)
+    return went if vetoed is None else went | vetoed
+
+
+def pick_thresholds(
+    low: np.ndarray[Any, Any],
+    anyway: np.ndarray[Any, Any],
+    simple: np.ndarray[Any, Any],
+    *,
+    min_fast: float = 0.96,
+    vetoed: np.ndarray[Any, Any] | None = None,
+) -> tuple[list[float], dict[str, float]]:
+    """The four thresholds (:data:`MODES`) delegating the most complex asks with
+    ``min_fast`` of the simple ones kept fast (``low``, ``anyway``: :func:`_lowest`;
+    ``simple``: per ask; ``vetoed``: asks a scope bar sends on). ``min_fast`` counts the
+    simple asks the judge could keep: those no fast tier left to the cloud ``anyway``.
+    On a tie: more simple asks kept fast, then the lower thresholds. A coarse grid
+    (0.05), then steps of 0.01 around the best, one threshold at a time, until nothing
+    improves."""
+    hard = ~simple
+    simple = simple & ~anyway
+
+    def key(t: Sequence[float]) -> tuple[float, float, float] | None:
+        went = _went(low, anyway, t, vetoed)
+        fast = float((~went[simple]).mean()) if simple.any() else 1.0
+        if fast < min_fast:
+            return None
+        return (float(went[hard].mean()) if hard.any() else 0.0, fast, -float(sum(t)))
+
+    coarse = np.arange(20) / 20.0
+    below = low.T[:, None, :] < coarse[None, :, None]  # mode, threshold, ask
+    base = anyway if vetoed is None else anyway | vetoed
+    tail = below[2][:, None, :] | below[3][None, :, :]  # the pause modes, every pair
+    n_simple, n_hard = max(1, int(simple.sum())), max(1, int(hard.sum()))
+    best: tuple[tuple[float, float, float], list[float]] | None = None
+    for a, b in itertools.product(range(len(coarse)), repeat=2):
+        went = base | below[0][a] | below[1][b] | tail
+        fast = (~went & simple).sum(axis=-1) / n_simple
+        done = (went & hard).sum(axis=-1) / n_hard
+        total = coarse[a] + coarse[b] + coarse[:, None] + coarse[None, :]
+        score = np.where(fast >= min_fast, done * 1e6 + fast * 1e3 - total, -np.inf)
+        c, d = np.unravel_index(int(np.argmax(score)), score.shape)
+        if np.isfinite(score[c, d]):
+            t = [float(coarse[a]), float(coarse[b]), float(coarse[c]), float(coarse[d])]
+            k = key(t)
+            if k is not None and (best is None or k > best[0]):
+                best = (k, t)
+    everyone = simple | (anyway & ~hard)
+    if best is None:
+        t0 = [0.0] * len(MODES)
+        return t0, _asks_shares(_went(low, anyway, t0, vetoed), everyone)
+    improved = True
+    while improved:
+        improved = False
+        for m in range(len(MODES)):
+            for v in (0.0, *_GRID):
+                t = [*best[1]]
+                t[m] = v
+                k = key(t)
+                if k is not None and k > best[0]:
+                    best, improved = (k, t), True
+    return best[1], _asks_shares(_went(low, anyway, best[1], vetoed), everyone)
+
+
+def _vetoed(rows: Sequence[Row], n: int, bars: Bars) -> np.ndarray[Any, Any]:
+    """Per ask, whether a scope bar (multi, ood) vetoes one of its answered prefixes."""
+    out = np.zeros(n, dtype=bool)
+    for r in rows:
+        if r.x is not None and (r.x[3] >= bars[0] or r.x[4] >= bars[1]):
+            out[r.ask] = True
+    return out
+
+
+def _asks_shares(went: np.ndarray[Any, Any], simple: np.ndarray[Any, Any]) -> dict[str, float]:
+    hard = ~simple
+    return {
+        "complex_delegated": round(float(went[hard].mean()) if hard.any() else 0.0, 4),
+        "simple_fast": round(float((~went[simple]).mean()) if simple.any() else 1.0, 4),
+    }
+
+
+def fit_single(
+    gathered: Mapping[str, tuple[Sequence[Ask], Sequence[Row]]],
+    *,
+    min_fast: float = 0.96,
+    bar_grid: Sequence[float] = BAR_GRID,
+    k: int = 5,
+    pick_on: Sequence[str] | None = None,
+    local: Mapping[str, Any] | None = None,
+) -> tuple[CalibratedJudge, dict[str, Any]]:
+    """The format-2 judge fitted on every set of ``gathered`` (:func:`gather`) together:
+    its two weight sets, its four thresholds and scope bars chosen on out-of-fold
+    predictions (folds by ask, across the sets; ``pick_on``: only the asks of these sets
+    choose them, all by default), and a report of its out-of-fold calibration (ECE,
+    reliability) and shares, per set and in all. ``local``: the local tier's keyword
+    arguments the rows were gathered with, kept in the judge's meta (the engine builds
+    its local tier so)."""
+    asks: list[Ask] = []
+    rows: list[Row] = []
+    for set_asks, set_rows in gathered.values():
+        base = len(asks)
+        asks += set_asks
+        rows += [Row(base + w.ask, w.prefix, w.kind, w.lang, w.x, w.label, w.delegated_anyway,
+                     w.pause, w.semantic) for w in set_rows]  # fmt: skip
+    answered = [i for i, r in enumerate(rows) if r.x is not None]
+    with_sem = [i for i in answered if rows[i].semantic is not None]
+    groups = [rows[i].ask for i in answered]
+    fit_on = [rows[i].label is not None for i in answered]
+    ys = [rows[i].label or 0 for i in answered]
+    oof_plain = _out_of_fold([rows[i].x or [] for i in answered], ys, groups, fit_on, k)
+    oof_sem = _out_of_fold([_semantic_x(rows[i]) for i in with_sem],
+                           [rows[i].label or 0 for i in with_sem], [rows[i].ask for i in with_sem],
+                           [rows[i].label is not None for i in with_sem], k)  # fmt: skip
+    plain = dict(zip(answered, oof_plain, strict=True))
+    sem = dict(zip(with_sem, oof_sem, strict=True))
+    p = {"typed": plain, "pause": plain, "typed_semantic": sem, "pause_semantic": sem}
+    low, anyway = _lowest(len(asks), rows, p)
+    simple = np.asarray([a.kind == "simple" for a in asks])
+    chooses = np.zeros(len(asks), dtype=bool)
+    base = 0
+    for name, (set_asks, _) in gathered.items():
+        chooses[base : base + len(set_asks)] = pick_on is None or name in pick_on
+        base += len(set_asks)
+    best: tuple[tuple[float, float], list[float], Bars, dict[str, float]] | None = None
+    for bars in itertools.product(bar_grid, bar_grid):
+        vetoed = _vetoed(rows, len(asks), bars)[chooses]
+        mine = simple[chooses]
+        if bars != (_OFF, _OFF) and (vetoed & mine).sum() > (1.0 - min_fast) * mine.sum():
+            continue
+        t, shares = pick_thresholds(low[chooses], anyway[chooses], mine, min_fast=min_fast,
+                                    vetoed=vetoed)  # fmt: skip
+        key = (shares["complex_delegated"], shares["simple_fast"])
+        if best is None or key > best[0] or (key == best[0] and sorted(bars) > sorted(best[2])):
+            best = (key, t, bars, shares)
+    assert best is not None
+    _, t, bars, shares = best
+    labelled = [i for i in answered if rows[i].label is not None]
+    coef, b = fit_judge([rows[i].x or [] for i in labelled], [rows[i].label or 0 for i in labelled])
+    labelled_sem = [i for i in with_sem if rows[i].label is not None]
+    scoef, sb = fit_judge([_semantic_x(rows[i]) for i in labelled_sem],
+                          [rows[i].label or 0 for i in labelled_sem])  # fmt: skip
+    scope_bars = {n: v for n, v in zip(("multi", "ood"), bars, strict=True) if v != _OFF}
+
+    def calibration(pp: Mapping[int, float]) -> dict[str, Any]:
+        idx = [i for i in pp if rows[i].label is not None]
+        got, truth = [pp[i] for i in idx], [rows[i].label or 0 for i in idx]
+        return {"n": len(idx), "ece": round(expected_calibration_error(got, truth), 4),
+                "reliability": reliability(got, truth)}  # fmt: skip
+
+    went = _went(low, anyway, t, _vetoed(rows, len(asks), bars))
+    per_set: dict[str, Any] = {}
+    base = 0
+    for name, (set_asks, _) in gathered.items():
+        cut = slice(base, base + len(set_asks))
+        per_set[name] = _asks_shares(went[cut], simple[cut])
+        base += len(set_asks)
+    report: dict[str, Any] = {
+        "asks": list(gathered),
+        "n_asks": len(asks),
+        "n_rows": len(rows),
+        "n_labelled": len(labelled),
+        "n_labelled_semantic": len(labelled_sem),
+        "min_fast": min_fast,
+        "picked_on": list(pick_on) if pick_on is not None else list(gathered),
+        "local": dict(local or {}),
+        "thresholds": dict(zip(MODES, t, strict=True)),
+        "scope_bars": scope_bars,
+        "out_of_fold": {**shares, "per_set": per_set,
+                        "typed": calibration(plain), "semantic": calibration(sem)},
+    }  # fmt: skip
+    probe = _probe()
+    part = SemanticPart(scoef, sb, t[1], t[3])
+    judge = CalibratedJudge(coef, b, t[0], probe.ranker, probe.vocabulary, probe.familiarity,
+                            probe.scope, {"fitted_on": list(gathered), **report}, scope_bars,
+                            t[2], probe.inputs, part)  # fmt: skip
+    return judge, report
+
+
+def replay(judge: CalibratedJudge, asks: Sequence[Ask], rows: Sequence[Row]) -> dict[str, Any]:
+    """The shares ``judge`` would give on ``rows`` (:func:`gather`: the engine's fast
+    answers, the judge's inputs and the semantic reading of each delegable prefix), with
+    the engine's rule: an ask is delegated when any of its prefixes is, typed or at the
+    pause, before or after the semantic check read it. Per language too."""
+    p = _rows_p(judge, rows)
+    t = [judge.threshold, judge.semantic.threshold if judge.semantic else 0.0,
+         judge.pause_threshold if judge.pause_threshold is not None else judge.threshold,
+         judge.semantic.pause_threshold if judge.semantic else 0.0]  # fmt: skip
+    low, anyway = _lowest(len(asks), rows, p)
+    bars = (judge.scope_bars.get("multi", _OFF), judge.scope_bars.get("ood", _OFF))
+    went = _went(low, anyway, t, _vetoed(rows, len(asks), bars))
+    simple = np.asarray([a.kind == "simple" for a in asks])
+    out: dict[str, Any] = _asks_shares(went, simple)
+    for lang in ("zh", "en"):
+        mask = np.asarray([a.lang == lang for a in asks])
+        out[lang] = _asks_shares(went[mask], simple[mask])
+    return out

@@ -225,8 +225,15 @@ class AutocompleteEngine:
         self._on_late: OrderedDict[str, Callable[[str, str], None]] = OrderedDict()
         self.late_jobs = 0
         if isinstance(gate.judge, SemanticVeto):
+            # a judge that weighs the check's reading is handed every one, else the vetoes
+            every: Callable[[float, bool], bool] | None = None
+            if gate.judge.weighs:
+                every = lambda p, pause: True  # noqa: E731
             self.watch = SemanticWatch(
-                gate.judge.scope, self._start_late, max_sessions=self.config.semantic_sessions
+                gate.judge.scope,
+                self._start_late,
+                max_sessions=self.config.semantic_sessions,
+                relays=every,
             )
 
     # -- building ----------------------------------------------------------------------
@@ -263,7 +270,11 @@ class AutocompleteEngine:
                 )
             else:
                 local_scorer = EmulatedScorer(seed=cfg.seed)
-        local = LocalSuggestTier(reader, local_scorer, **cfg.local)
+        judge: Any = load_judge() if cfg.judge and judge_path().exists() else None
+        # a judge fitted through a local tier built otherwise (rtgate intents judge
+        # --single: e.g. one that leaves long complex prefixes to it) has it built so
+        fitted_with = judge.meta.get("local", {}) if judge is not None else {}
+        local = LocalSuggestTier(reader, local_scorer, **{**fitted_with, **cfg.local})
         if cloud is None:
             inner = CloudSuggestTier(reader, cloud_scorer)
             seed = cfg.seed
@@ -276,7 +287,6 @@ class AutocompleteEngine:
         tiers: list[Tier] = [cache, local, cloud]
         if cfg.templates:
             tiers.append(TemplateSuggestTier(table, reader))
-        judge: Any = load_judge() if cfg.judge and judge_path().exists() else None
         if cfg.semantic and judge is not None:  # the check is a part of the judge's veto
             scope = load_semantic_scope(embedder=Embedder(threads=cfg.semantic_threads))
             if scope is not None:
@@ -360,7 +370,7 @@ class AutocompleteEngine:
         watch = self.watch
         if watch is not None and delegate:
             seen = watch.cached(text)  # read before: judged now, at no cost
-            if seen is not None and watch.scope.vetoes(seen, pause=pause):
+            if seen is not None and watch.relays(seen, pause):
                 meta["semantic_out"] = seen
         res = await self.gate.answer(Request(input=text, delegate=delegate, meta=meta), budget)
         if watch is not None and session is not None and on_late is not None:
@@ -430,9 +440,10 @@ class AutocompleteEngine:
             await self.cache.put(prefix, job.text, {**job.data[0], "deep": True})
 
     async def _start_late(self, session: str, prefix: str, p_out: float, pause: bool) -> None:
-        """The semantic check vetoed ``prefix`` after its fast answer: start its cloud job
-        (the fast tiers answer again, ~1 ms, and the veto sends it on unless the judge
-        overrules it) and tell the session. ``pause``: ``prefix`` is the whole ask."""
+        """The semantic check read ``prefix`` after its fast answer (vetoed it, or, for a
+        judge that weighs the reading, read it at all): the fast tiers answer again (~1 ms)
+        and the judge decides with the reading; when it delegates, start the cloud job and
+        tell the session. ``pause``: ``prefix`` is the whole ask."""
         tell = self._on_late.get(session)
         if tell is None:
             return

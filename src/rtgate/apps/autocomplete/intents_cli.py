@@ -115,15 +115,43 @@ def judge_cmd(
         ),
     ] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+    single: Annotated[
+        str | None,
+        typer.Option(
+            help="fit the format-2 judge on these ask sets together (comma-separated, e.g. "
+            "tune,train2; ASKS is then unused): the scope readings as logits, a weight set "
+            "with the semantic check's reading, thresholds and bars chosen out of fold"
+        ),
+    ] = None,
+    min_fast: Annotated[
+        float, typer.Option(help="with --single: share of simple asks kept fast, out of fold")
+    ] = 0.96,
+    pick_on: Annotated[
+        str | None,
+        typer.Option(help="with --single: the sets whose asks choose the thresholds (all)"),
+    ] = None,
+    local_declines: Annotated[
+        bool,
+        typer.Option(
+            help="with --single: the local tier declines long prefixes it reads as complex "
+            "(--no-local-declines: it answers them and the judge decides; kept in the judge)"
+        ),
+    ] = True,
 ) -> None:
     """Fit the judge on ASKS through the autocomplete engine and write it to OUT; with
-    ``--generic``, the domain-free judge of the text's own signals too."""
+    ``--generic``, the domain-free judge of the text's own signals too; with ``--single``,
+    the format-2 judge on several ask sets (the semantic check read on every prefix:
+    minutes of embedding)."""
     from rtgate.apps.autocomplete.abstention import fit, fit_generic
     from rtgate.domains.loader import GENERIC_JUDGE, scope_path, train_scope
 
     scope = train_scope()  # the scope classifier the judge reads asks with, shipped beside it
     scope.save(scope_path())
     typer.echo(f"wrote {scope_path()} ({scope.meta['n_examples']} rows)")
+    if single is not None:
+        picks = None if pick_on is None else [n.strip() for n in pick_on.split(",")]
+        _fit_single(single, out, min_fast, json_out, picks, local_declines)
+        return
 
     gen: dict[str, Any] | None = None
     if generic:
@@ -144,6 +172,33 @@ def judge_cmd(
         f"wrote {out}: threshold {report['threshold']:.2f}; out of fold on {report['asks']}: "
         f"complex asks delegated {oof['complex_delegated']:.1%}, simple kept fast "
         f"{oof['simple_fast']:.1%}, ECE {oof['ece']:.3f} ({report['n_labelled']} prefixes)"
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def _fit_single(
+    sets: str,
+    out: Path,
+    min_fast: float,
+    json_out: Path | None,
+    pick_on: list[str] | None,
+    local_declines: bool,
+) -> None:
+    from rtgate.apps.autocomplete.abstention import ask_set, fit_single, gather
+
+    local: dict[str, Any] = {} if local_declines else {"complex_p": None}
+    gathered = gather([ask_set(n.strip()) for n in sets.split(",") if n.strip()], local=local)
+    picks = None if pick_on is None else [ask_set(n).name for n in pick_on]
+    judge, report = fit_single(gathered, min_fast=min_fast, pick_on=picks, local=local)
+    judge.save(out)
+    oof, t = report["out_of_fold"], report["thresholds"]
+    typer.echo(
+        f"wrote {out}: thresholds {', '.join(f'{k} {v:.2f}' for k, v in t.items())}, bars "
+        f"{report['scope_bars'] or 'none'}; out of fold on {', '.join(report['asks'])}: "
+        f"complex asks delegated {oof['complex_delegated']:.1%}, simple kept fast "
+        f"{oof['simple_fast']:.1%}, ECE {oof['typed']['ece']:.3f} / with the semantic "
+        f"reading {oof['semantic']['ece']:.3f}"
     )
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")

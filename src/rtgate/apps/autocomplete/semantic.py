@@ -5,7 +5,10 @@ judge trusted) is handed to :class:`SemanticWatch`; its one worker embeds it in 
 (:class:`~rtgate.tiers.semantic_scope.SemanticScope`, 10-50 ms) after the suggestions
 were already shown. When the model reads the ask as multi-part or out of the domain,
 the watch calls back, and the engine starts the cloud job the judge would have started
-(the placeholder and the cloud's suggestions later, as for any delegated ask).
+(the placeholder and the cloud's suggestions later, as for any delegated ask). With a
+judge that weighs the reading itself (a format-2 judge with a semantic part,
+:attr:`~rtgate.tiers.answerability.CalibratedJudge.weighs_semantic`), the watch hands
+every reading back (``relays``), and the judge decides with it.
 
 Bounds: one worker; at most ``max_sessions`` sessions waiting, each with only its newest
 prefix (a newer prefix of a session replaces the one waiting; one already being
@@ -48,7 +51,10 @@ class SemanticVeto:
     ask yet (the pause reads the whole of it again), so there the surer one wins at any
     ``p_right``: the check's veto of a typed prefix stands only when it is surer that the
     prefix is out of scope than the judge is that the fast answer is right. ``None``: no
-    overrule, typed or at the pause."""
+    overrule, typed or at the pause.
+
+    An inner judge that weighs the reading itself (``weighs_semantic``) is not overruled
+    nor vetoed here: its verdict, made with the reading, stands."""
 
     def __init__(
         self, inner: Judge | None, scope: SemanticScope, *, overrule: float | None = None
@@ -57,11 +63,13 @@ class SemanticVeto:
         self.scope = scope
         self.overrule = overrule
         self.threshold = inner.threshold if inner is not None else 0.0
+        # the inner judge weighs the reading itself: every reading goes back to the gate
+        self.weighs = bool(getattr(inner, "weighs_semantic", False))
 
     def judge(self, request: Request, piece: Piece | None) -> Verdict:
         v = self.inner.judge(request, piece) if self.inner is not None else Verdict(1.0, 0.0)
         p_out = request.meta.get("semantic_out")
-        if p_out is None:
+        if p_out is None or self.weighs:
             return v
         sure = False
         if self.overrule is not None:  # typed: the surer one wins; at the pause: >= overrule
@@ -80,8 +88,9 @@ class SemanticWatch:
     Args:
         scope: the semantic scope model (blocking; run in a worker thread).
         on_out_of_scope: ``await on_out_of_scope(session, prefix, p, pause)`` when
-            ``prefix`` is still its session's newest and ``scope`` vetoes it (``pause``: it
+            ``prefix`` is still its session's newest and ``relays(p, pause)`` (``pause``: it
             was submitted at a pause).
+        relays: which readings go back (default: those ``scope`` vetoes at its bar).
         max_sessions: sessions that may wait at once.
         cache_size: texts whose reading is remembered.
     """
@@ -93,8 +102,10 @@ class SemanticWatch:
         *,
         max_sessions: int = 64,
         cache_size: int = 4096,
+        relays: Callable[[float, bool], bool] | None = None,
     ) -> None:
         self.scope = scope
+        self.relays = relays or (lambda p, pause: self.scope.vetoes(p, pause=pause))
         self.on_out_of_scope = on_out_of_scope
         self.max_sessions = max_sessions
         self.cache_size = cache_size
@@ -175,7 +186,7 @@ class SemanticWatch:
                 self.busy_s += loop.time() - t0
                 self.checked += 1
                 self._remember(prefix, p)
-            if self.scope.vetoes(p, pause=pause) and self._latest.get(session) == prefix:
+            if self.relays(p, pause) and self._latest.get(session) == prefix:
                 self.vetoed += 1
                 try:
                     await self.on_out_of_scope(session, prefix, p, pause)

@@ -145,6 +145,7 @@ class LocalSuggestTier(Tier):
         complex_p: a prefix of at least ``long_units`` whose ``complex`` probability
             reaches this is a complex ask: declined (the cloud takes it). Below, a likely
             complex ask is offered the most similar past ask among the suggestions.
+            ``None``: never declined as complex (a judge fitted on such prefixes decides).
         unknown_p: below this top probability, a prefix of at least ``long_units`` that
             no known query continues is an unknown ask: declined too.
         margin_ms: time kept to answer without the model when its call runs late (and for
@@ -161,7 +162,7 @@ class LocalSuggestTier(Tier):
         *,
         min_units: int = 2,
         ambiguous_p: float = 0.6,
-        complex_p: float = 0.7,
+        complex_p: float | None = 0.7,
         unknown_p: float = 0.2,
         long_units: tuple[int, int] = (16, 9),
         model_weight: float = 1.0,
@@ -198,7 +199,7 @@ class LocalSuggestTier(Tier):
             raise Declined(f"local: {n} characters/words is too little to suggest")
         r = self.reader.read(text)
         long = cloud and n >= self.long_units[0 if lang_of(text) == "zh" else 1]
-        if long and r.proba.get(COMPLEX, 0.0) >= self.complex_p:
+        if long and self.complex_p is not None and r.proba.get(COMPLEX, 0.0) >= self.complex_p:
             raise Declined(f"local: a complex ask (p={r.proba[COMPLEX]:.2f})")
         if long and r.p < self.unknown_p and not r.extending:
             raise Declined(f"local: unknown ask (p={r.p:.2f})")
