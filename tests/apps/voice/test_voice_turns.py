@@ -58,6 +58,11 @@ RULES = TurnRules(question_ms=100, clause_ms=400, complete_p=0.6, timeout_ms=900
         ("Hello there", None),
         ("Hi, do you know a good restaurant near the station?", "question"),
         ("", None),
+        # a question may end on a particle; a hyphenated word is one word
+        ("When will it be back on?", "question"),
+        ("I want to cancel my voicemail add-on.", "clause"),
+        ("I want to cancel my voicemail add on", None),
+        ("Can I pay for it with", None),
     ],
 )
 def test_cues(text: str, expected: str | None) -> None:
@@ -91,6 +96,27 @@ async def test_a_question_ends_the_turn_after_a_short_silence() -> None:
     ends = [f for f in out if isinstance(f, TurnEndFrame)]
     assert len(ends) == 1 and ends[0].rule == "question"
     assert 0.1 <= ends[0].decided_t - 2.0 < 0.2
+
+
+async def test_a_breath_inside_a_question_is_not_its_end() -> None:
+    # "Can I switch to a plan with more data? | ... for the same price": a 0.13 s breath
+    stage = TurnStage(TurnRules())
+    out: list[Frame] = []
+    q = TranscriptFrame(turn=1, text="Can I switch to a plan with more data?", lang="en",
+                        until=2.0)  # fmt: skip
+    whole = TranscriptFrame(turn=1, text=q.text[:-1] + " for the same price?", lang="en",
+                            until=3.0)  # fmt: skip
+    # audio and transcripts are data frames: handled in this order (speech events jump it)
+    frames = [*silence(2.0, 0.13), *voiced(2.128, 0.872), whole, *silence(3.0, 0.3)]
+    async with Pipeline([stage], sink=out.append) as p:
+        await p.put(SpeechStartFrame(t=0.0))
+        for f in [q, *frames]:
+            await p.put(f)
+        await p.put(EndFrame())
+        await p.wait()
+    ends = [f for f in out if isinstance(f, TurnEndFrame)]
+    assert [e.rule for e in ends] == ["question"] and "price" in ends[0].text
+    assert ends[0].t == 3.0 and ends[0].decided_t - 3.0 < 0.25
 
 
 async def test_a_trailing_clause_waits_and_speech_resuming_keeps_the_turn() -> None:

