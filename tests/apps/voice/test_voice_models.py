@@ -18,6 +18,7 @@ from rtgate.apps.voice.frames import (
 from rtgate.apps.voice.pipeline import Pipeline
 from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker, VADStage
 from rtgate.core.errors import InvalidRequest
+from tests.apps.voice.voice_helpers import through_vad
 
 
 def _events(pcm: np.ndarray) -> tuple[list[float], list[SpeechStartFrame | SpeechStopFrame]]:
@@ -67,14 +68,7 @@ def test_asr_transcribes_a_chinese_fixture_in_simplified(
 async def test_vad_stage_with_a_twin_scores_every_16_ms(clips: dict[str, Clip]) -> None:
     clip = clips["en_plan"]
     pcm = np.concatenate([np.zeros(RATE // 2, np.float32), clip.pcm, np.zeros(RATE, np.float32)])
-    stage = VADStage(SileroVAD(), twin=SileroVAD())
-    out: list[Frame] = []
-    async with Pipeline([stage], sink=out.append) as p:
-        await p.put(AudioFrame(pcm=pcm, t=0.0))
-        await p.put(EndFrame())
-        await p.wait()
-    audio = [f for f in out if isinstance(f, AudioFrame)]
-    assert {len(f.pcm) for f in audio} == {CHUNK // 2}
+    out = await through_vad(VADStage(SileroVAD(), twin=SileroVAD()), pcm)
     starts = [f for f in out if isinstance(f, SpeechStartFrame)]
     single = _events(pcm)[1][0]
     assert starts and starts[0].t <= single.t + 1e-6  # never later than one stream alone

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from rtgate.apps.voice.frames import RATE, AudioFrame, EndFrame, Frame, Pcm
-from rtgate.apps.voice.pipeline import Pipeline
-from rtgate.apps.voice.vad import CHUNK, VADStage, level_db
+from rtgate.apps.voice.frames import RATE, AudioFrame, Pcm
+from rtgate.apps.voice.vad import VADStage, level_db
+from tests.apps.voice.voice_helpers import through_vad
 
 
 class LevelVAD:
@@ -30,14 +30,8 @@ async def faded_after_speech(noise_db: float, floor_db: float | None) -> list[bo
     """``faded`` of the steps in the 0.5 s of line noise after 1 s of speech at -30 dBFS."""
     pcm = np.concatenate([tone(1.0, noise_db, 1), tone(1.0, -30.0, 2), tone(0.5, noise_db, 3)])
     stage = VADStage(LevelVAD(), twin=LevelVAD(), floor_db=floor_db)  # type: ignore[arg-type]
-    out: list[Frame] = []
-    async with Pipeline([stage], sink=out.append) as p:
-        await p.put(AudioFrame(pcm=pcm, t=0.0))
-        await p.put(EndFrame())
-        await p.wait()
-    audio = [f for f in out if isinstance(f, AudioFrame)]
-    assert {len(f.pcm) for f in audio} == {CHUNK // 2}
-    return [f.faded for f in audio if f.t >= 2.05]
+    out = await through_vad(stage, pcm)
+    return [f.faded for f in out if isinstance(f, AudioFrame) and f.t >= 2.05]
 
 
 async def test_a_quiet_caller_on_a_noisy_line_fades_at_the_noise_floor() -> None:
