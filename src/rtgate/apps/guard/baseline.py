@@ -58,6 +58,7 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
+from rtgate.apps.guard.detector import logit_of
 from rtgate.apps.guard.features import N_FEATURES
 from rtgate.apps.guard.paths import user_data_path
 from rtgate.core.errors import ConfigError, InvalidRequest
@@ -92,7 +93,6 @@ BOOST = 1.0  # logit: on a novel window 0.92 -> 0.81
 LOGIT_BOUND = 16.0  # the calibration's q at most (a file beyond it is refused)
 JUMP = 12.0  # logit over the detector's slow average: a rise (calibrated stations only)
 ALPHA_LEVEL = 0.02  # the detector's slow average: about 50 windows (1 s)
-_EPS = np.float32(2.0**-24)
 SD_FLOOR = 0.05  # a feature that barely moved while enrolling is not taken as exact
 NOVELTY_FLOOR = 1.0  # in units of sd: a very steady recording does not make all novel
 RHYTHM_FLOOR = 3.5  # the rhythm clause never fires under this, however quiet the recording
@@ -423,8 +423,7 @@ class Baselines:
         if not self.any:
             return scores
         if logits is None:
-            p = np.clip(np.asarray(scores, np.float32), _EPS, np.float32(1.0) - _EPS)
-            logits = np.log(p / (np.float32(1.0) - p))
+            logits = logit_of(scores)
         if rows is None:
             return self._adjust_all(features, scores, logits)
         idx = np.asarray(rows, np.int64)

@@ -31,7 +31,7 @@ import numpy.typing as npt
 from rtgate.apps.guard.features import N_FEATURES
 from rtgate.core.errors import ConfigError, InvalidRequest
 
-__all__ = ["DEFAULT_MODEL", "Detector", "default_model_path", "expose_logit", "lift_1d"]
+__all__ = ["DEFAULT_MODEL", "Detector", "default_model_path", "expose_logit", "lift_1d", "logit_of"]
 
 DEFAULT_MODEL = "detector.onnx"
 F32 = npt.NDArray[np.float32]
@@ -105,6 +105,15 @@ def lift_1d(model: Any) -> int:
         del g.initializer[:]
         g.initializer.extend(keep)
     return lifted
+
+
+def logit_of(scores: npt.ArrayLike) -> F32:
+    """The logit of float32 scores, clipped 2^-24 from 0 and 1 (so at most about +-16.6):
+    what ``last_logit`` is without the graph's own output, and what an enrolment or a
+    baseline falls back to when only scores are known."""
+    p = np.clip(np.asarray(scores, np.float32), _EPS, np.float32(1.0) - _EPS)
+    out: F32 = np.log(p / (np.float32(1.0) - p))
+    return out
 
 
 def expose_logit(model: Any) -> bool:
@@ -245,8 +254,7 @@ class Detector:
         if self.exact_logit:
             logit = np.asarray(out[2], dtype=np.float32).reshape(-1)
         else:
-            p = np.clip(score, _EPS, np.float32(1.0) - _EPS)
-            logit = np.log(p / (np.float32(1.0) - p))
+            logit = logit_of(score)
         if rows is None:
             self.last_logit[:] = logit
         else:

@@ -44,7 +44,7 @@ from rtgate.apps.guard.baseline import (
     Enrolment,
     detector_identity,
 )
-from rtgate.apps.guard.detector import Detector
+from rtgate.apps.guard.detector import Detector, logit_of
 from rtgate.apps.guard.features import (
     CREST_BANDS,
     HOP,
@@ -252,10 +252,7 @@ def _replay(rec: Recording, enrolment: Enrolment, rule: Rule) -> tuple[F32, int]
 
 
 def _logits(rec: Recording) -> F32:
-    if rec.logits is not None:
-        return rec.logits
-    p = np.clip(rec.scores, 2.0**-24, 1.0 - 2.0**-24)
-    return np.log(p / (1.0 - p)).astype(np.float32)
+    return rec.logits if rec.logits is not None else logit_of(rec.scores)
 
 
 def detector_range(rec: Recording) -> dict[str, float]:
