@@ -170,6 +170,7 @@ class VADStage(Stage):
         self.fade_db = fade_db
         self.floor_db, self.floor_snr_db, self.floor_prob = floor_db, floor_snr_db, floor_prob
         self._noise: deque[float] = deque(maxlen=floor_hops)  # levels heard outside speech
+        self._floor: float | None = None  # their median, kept as they come (noise_floor)
         self._reset()
 
     def _reset(self) -> None:
@@ -182,6 +183,7 @@ class VADStage(Stage):
         self._steps = 0
         self._peak_db = -120.0  # loudest hop since speech started
         self._noise.clear()
+        self._floor = None
 
     async def process_frame(self, frame: Frame, upstream: bool) -> None:
         if isinstance(frame, StartFrame):
@@ -210,23 +212,26 @@ class VADStage(Stage):
                 self._peak_db = max(self._peak_db, level)
             if event is not None:
                 await self.push(event)
-            if not self.tracker.speaking and prob < self.floor_prob:
+            if self.floor_db is not None and not self.tracker.speaking and prob < self.floor_prob:
                 self._noise.append(level)
+                if len(self._noise) >= 12:
+                    self._floor = float(np.median(np.fromiter(self._noise, dtype=np.float64)))
             faded = level < self.fade_level()
             await self.push(AudioFrame(pcm=piece, t=t, prob=prob, faded=faded))
 
     def noise_floor(self) -> float | None:
-        """The line's noise level (dBFS) heard outside speech; ``None`` until 12 steps."""
-        if len(self._noise) < 12:
-            return None
-        return float(np.median(np.fromiter(self._noise, dtype=np.float64)))
+        """The line's noise level (dBFS) heard outside speech; ``None`` until 12 steps (and
+        without ``floor_db``). Taken when a step is heard outside speech, not at every step:
+        during speech, where the fade is read, it does not move."""
+        return self._floor
 
     def fade_level(self) -> float:
         """The level (dBFS) under which a step has faded: ``fade_db`` under the peak, or
         ``floor_db`` over the noise floor when that is higher and the caller is loud enough
         over the noise (``floor_snr_db``)."""
         level = self._peak_db - self.fade_db
-        floor = self.noise_floor() if self.floor_db is not None else None
-        if floor is not None and floor <= self._peak_db - self.floor_snr_db:
-            level = max(level, floor + (self.floor_db or 0.0))
+        floor = self._floor
+        if floor is not None and self.floor_db is not None:
+            if floor <= self._peak_db - self.floor_snr_db:
+                level = max(level, floor + self.floor_db)
         return level
