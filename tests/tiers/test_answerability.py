@@ -196,6 +196,9 @@ def test_a_format_2_judge_reads_the_scope_as_logits() -> None:
     assert x[-1] == pytest.approx(6.907, abs=1e-3) and x[-2] < -9.0  # its logits
     with pytest.raises(ConfigError, match="unknown inputs"):
         CalibratedJudge([0.0], 0.0, 0.5, inputs=("p_weather",))
+    moved = (*SCOPE_LOGITS, *feature_names())  # the reasons and the bars read p_multi at 3
+    with pytest.raises(ConfigError, match="must start with"):
+        CalibratedJudge([0.0] * len(moved), 0.0, 0.5, inputs=moved)
 
 
 def test_a_format_2_judge_weighs_the_semantic_reading_where_the_request_has_one() -> None:

@@ -53,6 +53,7 @@ __all__ = [
 _FORMAT_1 = "rtgate.judge/1"
 _FORMAT = "rtgate.judge/2"
 _EPS = 1e-4
+_HEAD = 5  # the first inputs: confidence, top-3 mass, p_complex, p_multi, p_ood
 SCOPE_LOGITS = ("logit_multi", "logit_ood")
 """Inputs a format-2 judge adds to :func:`feature_names`: the scope readings as logits."""
 SEMANTIC = "logit_semantic"
@@ -159,6 +160,11 @@ def _logit(p: float) -> float:
     return math.log(p / (1.0 - p))
 
 
+def _logistic(coef: Sequence[float], intercept: float, x: Sequence[float]) -> float:
+    z = intercept + sum(w * v for w, v in zip(coef, x, strict=True))
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+
+
 @dataclass(frozen=True, slots=True)
 class SemanticPart:
     """The judge's weights when the semantic scope check has read the ask: the judge's
@@ -171,8 +177,7 @@ class SemanticPart:
     pause_threshold: float
 
     def probability(self, x: Sequence[float], p_out: float) -> float:
-        z = self.intercept + sum(w * v for w, v in zip(self.coef, [*x, _logit(p_out)], strict=True))
-        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+        return _logistic(self.coef, self.intercept, [*x, _logit(p_out)])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -218,6 +223,9 @@ class CalibratedJudge:
         unknown = [n for n in self.inputs if n not in (*feature_names(), *SCOPE_LOGITS)]
         if unknown:
             raise ConfigError(f"judge: unknown inputs {', '.join(unknown)}")
+        head = tuple(feature_names()[:_HEAD])  # judge() and vetoes() read these by position
+        if self.inputs[:_HEAD] != head:
+            raise ConfigError(f"judge: the inputs must start with {', '.join(head)}")
         if len(self.coef) != len(self.inputs):
             raise ConfigError(f"judge: {len(self.coef)} weights for {len(self.inputs)} inputs")
         if self.semantic is not None and len(self.semantic.coef) != len(self.inputs) + 1:
@@ -256,8 +264,7 @@ class CalibratedJudge:
         return [named[n] for n in self.inputs], signals
 
     def probability(self, x: Sequence[float]) -> float:
-        z = self.intercept + sum(w * v for w, v in zip(self.coef, x, strict=True))
-        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+        return _logistic(self.coef, self.intercept, x)
 
     def judge(self, request: Request, piece: Piece | None) -> Verdict:
         x, signals = self.features(request.input, piece)
