@@ -222,3 +222,17 @@ def test_a_local_tier_without_a_complex_bar_leaves_long_complex_prefixes_to_the_
         LocalSuggestTier(reader).read(text)
     reading, found = LocalSuggestTier(reader, complex_p=None).read(text)
     assert found and reading.proba.get("complex", 0.0) >= 0.7
+
+
+def test_a_judge_file_that_builds_the_local_tier_otherwise_is_refused_clearly(
+    reader: Reader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rtgate.apps.autocomplete import engine as engine_module
+    from rtgate.core.errors import ConfigError
+    from rtgate.domains.loader import load_judge
+
+    judge = load_judge()
+    judge.meta = {**judge.meta, "local": {"limit": 0}}  # not how any judge is fitted
+    monkeypatch.setattr(engine_module, "load_judge", lambda: judge)
+    with pytest.raises(ConfigError, match=r"meta\.local may only set complex_p"):
+        engine_module.AutocompleteEngine.build(reader=reader)

@@ -49,7 +49,7 @@ from rtgate.apps.autocomplete.tiers import (
     TemplateSuggestTier,
 )
 from rtgate.core.budget import Budget
-from rtgate.core.errors import InvalidBudget, InvalidRequest, JobNotFound
+from rtgate.core.errors import ConfigError, InvalidBudget, InvalidRequest, JobNotFound
 from rtgate.core.request import Request
 from rtgate.core.text_rules import check_text
 from rtgate.domains.loader import (
@@ -274,6 +274,11 @@ class AutocompleteEngine:
         # a judge fitted through a local tier built otherwise (rtgate intents judge
         # --single: e.g. one that leaves long complex prefixes to it) has it built so
         fitted_with = judge.meta.get("local", {}) if judge is not None else {}
+        if not isinstance(fitted_with, dict) or set(fitted_with) - {"complex_p"}:
+            raise ConfigError(
+                f"{judge_path()}: meta.local may only set complex_p (how the judge's local "
+                f"tier was built), got {fitted_with!r}; refit it (rtgate intents judge)"
+            )
         local = LocalSuggestTier(reader, local_scorer, **{**fitted_with, **cfg.local})
         if cloud is None:
             inner = CloudSuggestTier(reader, cloud_scorer)
