@@ -336,9 +336,9 @@ def _learned_from(*, scope: bool) -> set[str]:
 
     seen = {normalize(a.text) for a in load_asks(DATA_DIR / "asks-tune.jsonl")}
     seen |= {normalize(e.text) for e in load_corpus()}
-    # the training asks written for the scope models and the classifiers (not learned
-    # from yet: see docs/architecture.md), kept apart from every set as if they were
-    seen |= {normalize(a.text) for a in load_asks(DATA_DIR / "asks-train2.jsonl")}
+    # the training asks the scope classifier learns from (every kind), written for it
+    for name in ("asks-train2.jsonl", "asks-train3.jsonl"):
+        seen |= {normalize(a.text) for a in load_asks(DATA_DIR / name)}
     if scope:
         for name in ("scope-train.jsonl", "scope-e5-extra.jsonl"):  # e5: the semantic scope
             train = load_asks(DATA_DIR / name, kinds=("multi", "ood"))

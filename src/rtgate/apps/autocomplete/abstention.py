@@ -102,7 +102,8 @@ __all__ = [
 
 ASK_SETS = {
     "tune": DATA_DIR / "asks-tune.jsonl",  # the judge is fitted on these
-    "train2": DATA_DIR / "asks-train2.jsonl",  # written to be learned from (not yet)
+    "train2": DATA_DIR / "asks-train2.jsonl",  # learned from by the scope classifier
+    "train3": DATA_DIR / "asks-train3.jsonl",  # learned from by the scope classifier
     "val": DATA_DIR / "asks-val.jsonl",  # written with the tuning asks, never fitted on
     "val2": DATA_DIR / "asks-val2.jsonl",  # short and near-domain asks, validation only
     "val3": DATA_DIR / "asks-val3.jsonl",  # written blind, validation (semantic_overrule)
