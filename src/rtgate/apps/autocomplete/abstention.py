@@ -355,10 +355,14 @@ def _folds(rows: Sequence[Row], k: int = 5) -> dict[int, float]:
 
 
 def fit(
-    asks_path: Path = ASK_SETS["tune"], *, seed: int = 0
+    asks_path: Path = ASK_SETS["tune"],
+    *,
+    seed: int = 0,
+    local: Mapping[str, Any] | None = None,
 ) -> tuple[CalibratedJudge, dict[str, Any]]:
-    """A judge fitted on ``asks_path`` (through a judge-less engine), its threshold, and a
-    report of its out-of-fold calibration and shares on those asks."""
+    """A judge fitted on ``asks_path`` (through a judge-less engine whose local tier is
+    built with ``local``, kept in the judge's meta), its threshold, and a report of its
+    out-of-fold calibration and shares on those asks."""
     import asyncio
 
     asks = load_asks(asks_path)
@@ -368,7 +372,7 @@ def fit(
     probe = CalibratedJudge(zeros, 0.0, 0.5, clf, vocabulary(), familiarity(clf), load_scope())
 
     async def gather() -> list[Row]:
-        cfg = EngineConfig(judge=False, semantic=False, seed=seed)
+        cfg = EngineConfig(judge=False, semantic=False, seed=seed, local=dict(local or {}))
         async with AutocompleteEngine.build(cfg) as engine:
             return await collect(engine, probe, asks, seed=seed)
 
@@ -396,6 +400,8 @@ def fit(
         },
     }
     meta = {"fitted_on": asks_path.name, "seed": seed, **report}
+    if local:
+        meta["local"] = dict(local)
     judge = CalibratedJudge(coef, b, threshold, probe.ranker, probe.vocabulary,
                             probe.familiarity, probe.scope, meta, scope_bars,
                             pause_threshold)  # fmt: skip
