@@ -113,6 +113,7 @@ ASK_SETS = {
     "eval4": DATA_DIR / "asks-eval4.jsonl",  # held out, written blind (session 9)
     "eval5": DATA_DIR / "asks-eval5.jsonl",  # held out, written blind (session 10)
     "eval6": DATA_DIR / "asks-eval6.jsonl",  # held out, written blind (session 11)
+    "eval7": DATA_DIR / "asks-eval7.jsonl",  # held out, written blind (session 12)
 }
 FAST = ("template", "cache", "local")
 Bars = tuple[float, float]
