@@ -40,6 +40,7 @@ __all__ = [
     "DATA_DIR",
     "GENERIC_JUDGE",
     "INTENTS",
+    "SCOPE_TRAIN_ASKS",
     "TELECOM_DIR",
     "Ask",
     "AskKind",
@@ -258,10 +259,17 @@ def lead_in_variants(examples: Sequence[Example]) -> list[Example]:
     return [Example(_lead_in(e, n), e.intent, e.lang) for n, e in enumerate(simple) if n % 3 == 0]
 
 
+# ask sets written to be learned from by the scope classifier (all kinds), kept apart from
+# every validation and evaluation set (tests/tiers); digested with its data
+SCOPE_TRAIN_ASKS = ("asks-train2.jsonl", "asks-train3.jsonl")
+
+
 def scope_examples(data_dir: Path = DATA_DIR) -> list[Example]:
     """What the scope classifier learns from: the corpus's asks as ``simple`` (its
     ``complex`` ones as ``multi``), lead-in variants and two-intent joins made from them
-    (:func:`_augmented`), and ``scope-train.jsonl``'s multi-part and out-of-domain asks;
+    (:func:`_augmented`), ``scope-train.jsonl``'s multi-part and out-of-domain asks, and
+    every ask of the training asks (:data:`SCOPE_TRAIN_ASKS`: long simple asks with the
+    customer's situation, the hard negatives the augmentation lacks);
     each with its prefixes that can only be of its kind (every prefix of a simple ask,
     the last 40% of a multi-part or out-of-domain one)."""
     corpus = load_corpus(data_dir)
@@ -270,6 +278,10 @@ def scope_examples(data_dir: Path = DATA_DIR) -> list[Example]:
     path = data_dir / "scope-train.jsonl"
     if path.exists():
         rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
+    for name in SCOPE_TRAIN_ASKS:  # every kind: the simple ones are the hard negatives
+        path = data_dir / name
+        if path.exists():
+            rows += [(a.text, a.kind) for a in load_asks(path)]
     out: list[Example] = []
     for text, kind in rows:
         out.append(Example(text, kind, lang_of(text)))
@@ -281,7 +293,8 @@ def scope_examples(data_dir: Path = DATA_DIR) -> list[Example]:
 
 def semantic_scope_examples(data_dir: Path = DATA_DIR) -> tuple[list[Example], list[int]]:
     """What the semantic scope model learns from (:mod:`rtgate.tiers.semantic_scope`):
-    the scope classifier's asks and ``scope-e5-extra.jsonl``, each whole and one late
+    the scope classifier's asks (the training asks among them) and ``scope-e5-extra.jsonl``,
+    each whole and one late
     prefix of it (60% of the way for a simple ask, 80% for the others: a prefix only as
     long as the semantic check ever sees), with one group id per ask."""
     corpus = load_corpus(data_dir)
@@ -291,6 +304,10 @@ def semantic_scope_examples(data_dir: Path = DATA_DIR) -> tuple[list[Example], l
         path = data_dir / name
         if path.exists():
             rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
+    for name in SCOPE_TRAIN_ASKS:
+        path = data_dir / name
+        if path.exists():
+            rows += [(a.text, a.kind) for a in load_asks(path)]
     out: list[Example] = []
     groups: list[int] = []
     for g, (text, kind) in enumerate(rows):
@@ -322,9 +339,10 @@ def scope_path(data_dir: Path = DATA_DIR) -> Path:
 
 def scope_digest(data_dir: Path = DATA_DIR) -> str:
     h = hashlib.sha256((data_dir / "corpus.jsonl").read_bytes())
-    path = data_dir / "scope-train.jsonl"
-    if path.exists():
-        h.update(path.read_bytes())
+    for name in ("scope-train.jsonl", *SCOPE_TRAIN_ASKS):
+        path = data_dir / name
+        if path.exists():
+            h.update(path.read_bytes())
     return h.hexdigest()
 
 

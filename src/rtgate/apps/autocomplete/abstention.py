@@ -102,7 +102,8 @@ __all__ = [
 
 ASK_SETS = {
     "tune": DATA_DIR / "asks-tune.jsonl",  # the judge is fitted on these
-    "train2": DATA_DIR / "asks-train2.jsonl",  # written to be learned from (not yet)
+    "train2": DATA_DIR / "asks-train2.jsonl",  # learned from by the scope classifier
+    "train3": DATA_DIR / "asks-train3.jsonl",  # learned from by the scope classifier
     "val": DATA_DIR / "asks-val.jsonl",  # written with the tuning asks, never fitted on
     "val2": DATA_DIR / "asks-val2.jsonl",  # short and near-domain asks, validation only
     "val3": DATA_DIR / "asks-val3.jsonl",  # written blind, validation (semantic_overrule)
@@ -112,6 +113,7 @@ ASK_SETS = {
     "eval4": DATA_DIR / "asks-eval4.jsonl",  # held out, written blind (session 9)
     "eval5": DATA_DIR / "asks-eval5.jsonl",  # held out, written blind (session 10)
     "eval6": DATA_DIR / "asks-eval6.jsonl",  # held out, written blind (session 11)
+    "eval7": DATA_DIR / "asks-eval7.jsonl",  # held out, written blind (session 12)
 }
 FAST = ("template", "cache", "local")
 Bars = tuple[float, float]
@@ -354,10 +356,14 @@ def _folds(rows: Sequence[Row], k: int = 5) -> dict[int, float]:
 
 
 def fit(
-    asks_path: Path = ASK_SETS["tune"], *, seed: int = 0
+    asks_path: Path = ASK_SETS["tune"],
+    *,
+    seed: int = 0,
+    local: Mapping[str, Any] | None = None,
 ) -> tuple[CalibratedJudge, dict[str, Any]]:
-    """A judge fitted on ``asks_path`` (through a judge-less engine), its threshold, and a
-    report of its out-of-fold calibration and shares on those asks."""
+    """A judge fitted on ``asks_path`` (through a judge-less engine whose local tier is
+    built with ``local``, kept in the judge's meta), its threshold, and a report of its
+    out-of-fold calibration and shares on those asks."""
     import asyncio
 
     asks = load_asks(asks_path)
@@ -367,7 +373,7 @@ def fit(
     probe = CalibratedJudge(zeros, 0.0, 0.5, clf, vocabulary(), familiarity(clf), load_scope())
 
     async def gather() -> list[Row]:
-        cfg = EngineConfig(judge=False, semantic=False, seed=seed)
+        cfg = EngineConfig(judge=False, semantic=False, seed=seed, local=dict(local or {}))
         async with AutocompleteEngine.build(cfg) as engine:
             return await collect(engine, probe, asks, seed=seed)
 
@@ -395,6 +401,8 @@ def fit(
         },
     }
     meta = {"fitted_on": asks_path.name, "seed": seed, **report}
+    if local:
+        meta["local"] = dict(local)
     judge = CalibratedJudge(coef, b, threshold, probe.ranker, probe.vocabulary,
                             probe.familiarity, probe.scope, meta, scope_bars,
                             pause_threshold)  # fmt: skip

@@ -133,8 +133,9 @@ def judge_cmd(
     local_declines: Annotated[
         bool,
         typer.Option(
-            help="with --single: the local tier declines long prefixes it reads as complex "
-            "(--no-local-declines: it answers them and the judge decides; kept in the judge)"
+            help="the local tier declines long prefixes it reads as complex "
+            "(--no-local-declines: it answers them and the judge decides; kept in the judge, "
+            "and the engine builds its local tier so; not the shipped judge, docs/architecture.md)"
         ),
     ] = True,
 ) -> None:
@@ -164,7 +165,7 @@ def judge_cmd(
             f"asks: complex followed up {g['complex_followed_up']:.1%}, simple kept fast "
             f"{g['simple_fast']:.1%}, ECE {g['ece']:.3f}"
         )
-    judge, report = fit(asks)
+    judge, report = fit(asks, local=None if local_declines else {"complex_p": None})
     report["generic"] = gen
     judge.save(out)
     oof = report["out_of_fold"]
