@@ -91,6 +91,7 @@ def test_a_format_4_file_round_trips_and_an_edited_one_is_refused(
     # without the model: format /3 and another id
     plain = replace(e, station_model=None)
     assert json.loads(plain.to_json())["format"] == FORMAT and plain.id != e.id
+    assert e.summary()["station_model"] is True and "station_model" not in plain.summary()
     # a weight edited by hand: refused, the station does not run on it
     doc["model"]["station_model"]["weights"][0] += 1.0
     p.write_text(json.dumps(doc))

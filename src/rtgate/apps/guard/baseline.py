@@ -37,9 +37,17 @@ whose rule has a rhythm clause (``Rule.rhythm``, a margin; off by default, ``RHY
 is the one chosen on validation) counts a window whose statistic reaches
 ``max(highest healthy + margin, RHYTHM_FLOOR)`` as a hit, whatever the detector's score.
 
+The station's own model (``station_model.py``, ``enroll --station-model``, off by default):
+per window and station one dot product of the clipped ``z`` and ``m`` with its weights; a
+window over its bar is a hit for the rules (``last_novel``, beside the novelty clause's), so
+the station stops when ``k`` of the last ``n`` windows are hits of the detector or of its
+own model.
+
 Files (:class:`EnrolmentStore`): one JSON file per station in a directory: the numbers, the
 provenance of the recording and the detector they belong to. Format /3 added
-``detector_logit``; files of format /1 and /2 load without it and decide as before it. The
+``detector_logit``; files of format /1 and /2 load without it and decide as before it.
+Format /4 is /3 with ``station_model`` (its weights, bias, bar and their sha256: a file whose
+numbers do not match is refused); an enrolment without one is still written as /3. The
 directory is ``--enrolments DIR``, else ``$RTGATE_GUARD_ENROLMENTS``, else
 ``$XDG_DATA_HOME/rtgate/enrolments`` (``~/.local/share/rtgate/enrolments``).
 """
@@ -212,15 +220,17 @@ class Enrolment:
 
     def summary(self) -> dict[str, Any]:
         """What ``scan`` and ``run`` report of the enrolment a station runs with."""
-        return {
+        out = {
             "id": self.id,
             "created": self.created,
             "seconds": self.provenance.get("seconds"),
             "sources": [s.get("name") for s in self.provenance.get("sources", ())],
             "rhythm_max": self.rhythm_max,
             "detector_logit_max": self.logit_max,
-            "station_model": self.station_model is not None,
         }
+        if self.station_model is not None:  # format /4 only: the others report as before
+            out["station_model"] = True
+        return out
 
     def to_json(self) -> str:
         """The file's text: format /3, or /4 with a station model."""
