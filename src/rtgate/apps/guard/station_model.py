@@ -80,18 +80,26 @@ def _fault_piece(rng: np.random.Generator, n: int) -> F64:
 def _nuisance_piece(rng: np.random.Generator, n: int) -> F64:
     """One benign sound, unit RMS: speech, a forklift, hiss, hum, a fan, knocks, drops, a
     tonal series or a modulated band (no pulse train: to the envelope, that is a defect)."""
-    from rtgate.apps.guard import generic, simulate
+    from rtgate.apps.guard.generic import drops, modulated_band, tonal_series
+    from rtgate.apps.guard.simulate import (
+        _electric_forklift,
+        _fan,
+        _hiss,
+        _hum,
+        _more_impacts,
+        _talk,
+    )
 
     kinds: tuple[Callable[[np.random.Generator, F64], F64], ...] = (
-        simulate._talk,
-        simulate._electric_forklift,
-        simulate._hiss,
-        simulate._hum,
-        simulate._fan,
-        simulate._more_impacts,
-        lambda r, t: generic.drops(r, len(t)),
-        lambda r, t: generic.tonal_series(r, len(t)),
-        lambda r, t: generic.modulated_band(r, len(t)),
+        _talk,
+        _electric_forklift,
+        _hiss,
+        _hum,
+        _fan,
+        _more_impacts,
+        lambda r, t: drops(r, len(t)),
+        lambda r, t: tonal_series(r, len(t)),
+        lambda r, t: modulated_band(r, len(t)),
     )
     t = np.arange(n) / RATE
     x = kinds[int(rng.integers(len(kinds)))](rng, t)
