@@ -37,9 +37,17 @@ whose rule has a rhythm clause (``Rule.rhythm``, a margin; off by default, ``RHY
 is the one chosen on validation) counts a window whose statistic reaches
 ``max(highest healthy + margin, RHYTHM_FLOOR)`` as a hit, whatever the detector's score.
 
+The station's own model (``station_model.py``, ``enroll --station-model``, off by default):
+per window and station one dot product of the clipped ``z`` and ``m`` with its weights; a
+window over its bar is a hit for the rules (``last_novel``, beside the novelty clause's), so
+the station stops when ``k`` of the last ``n`` windows are hits of the detector or of its
+own model.
+
 Files (:class:`EnrolmentStore`): one JSON file per station in a directory: the numbers, the
 provenance of the recording and the detector they belong to. Format /3 added
-``detector_logit``; files of format /1 and /2 load without it and decide as before it. The
+``detector_logit``; files of format /1 and /2 load without it and decide as before it.
+Format /4 is /3 with ``station_model`` (its weights, bias, bar and their sha256: a file whose
+numbers do not match is refused); an enrolment without one is still written as /3. The
 directory is ``--enrolments DIR``, else ``$RTGATE_GUARD_ENROLMENTS``, else
 ``$XDG_DATA_HOME/rtgate/enrolments`` (``~/.local/share/rtgate/enrolments``).
 """
@@ -61,6 +69,7 @@ import numpy.typing as npt
 from rtgate.apps.guard.detector import logit_of
 from rtgate.apps.guard.features import N_FEATURES
 from rtgate.apps.guard.paths import user_data_path
+from rtgate.apps.guard.station_model import Z_CLIP, StationModel
 from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = [
@@ -69,6 +78,7 @@ __all__ = [
     "BOOST",
     "FORMAT",
     "FORMATS",
+    "FORMAT_MODEL",
     "GATE_HIGH",
     "GATE_LOW",
     "JUMP",
@@ -85,7 +95,8 @@ __all__ = [
 
 F32 = npt.NDArray[np.float32]
 FORMAT = "rtgate-guard-enrolment/3"  # /2 added the rhythm's range, /3 the detector's
-FORMATS = ("rtgate-guard-enrolment/1", "rtgate-guard-enrolment/2", FORMAT)
+FORMAT_MODEL = "rtgate-guard-enrolment/4"  # /4: /3 and the station's own model
+FORMATS = ("rtgate-guard-enrolment/1", "rtgate-guard-enrolment/2", FORMAT, FORMAT_MODEL)
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
 SHIFT_MAX = 1.5  # logit: 0.92 -> 0.981, 0.995 -> 0.9989
@@ -146,6 +157,7 @@ class Enrolment:
     created: str = ""
     rhythm: Mapping[str, float] = field(default_factory=dict)
     detector_logit: Mapping[str, float] = field(default_factory=dict)
+    station_model: StationModel | None = None
 
     def __post_init__(self) -> None:
         where = f"enrolment of {self.station!r}"
@@ -202,11 +214,13 @@ class Enrolment:
             h.update(f",{self.rhythm_max!r}".encode())
         if self.logit_max is not None:  # files of format /2 keep their id
             h.update(f";{self.logit_max!r}".encode())
+        if self.station_model is not None:  # files of format /3 keep their id
+            h.update(self.station_model.digest.encode())
         return h.hexdigest()[:12]
 
     def summary(self) -> dict[str, Any]:
         """What ``scan`` and ``run`` report of the enrolment a station runs with."""
-        return {
+        out = {
             "id": self.id,
             "created": self.created,
             "seconds": self.provenance.get("seconds"),
@@ -214,10 +228,14 @@ class Enrolment:
             "rhythm_max": self.rhythm_max,
             "detector_logit_max": self.logit_max,
         }
+        if self.station_model is not None:  # format /4 only: the others report as before
+            out["station_model"] = True
+        return out
 
     def to_json(self) -> str:
-        doc = {
-            "format": FORMAT,
+        """The file's text: format /3, or /4 with a station model."""
+        doc: dict[str, Any] = {
+            "format": FORMAT if self.station_model is None else FORMAT_MODEL,
             "station": self.station,
             "created": self.created,
             "provenance": dict(self.provenance),
@@ -231,6 +249,8 @@ class Enrolment:
                 "detector_logit": dict(self.detector_logit),
             },
         }
+        if self.station_model is not None:
+            doc["model"]["station_model"] = self.station_model.record()
         return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
 
     @classmethod
@@ -250,6 +270,11 @@ class Enrolment:
         station = doc.get("station")
         if not isinstance(model, dict) or not isinstance(station, str):
             raise ConfigError(f"{where}: no station or model")
+        own = None
+        if doc["format"] == FORMAT_MODEL:  # older formats: no station model, as before
+            if "station_model" not in model:
+                raise ConfigError(f"{where}: a file of format {FORMAT_MODEL} needs a station_model")
+            own = StationModel.from_record(model["station_model"], where)
         try:
             return cls(
                 station,
@@ -262,6 +287,7 @@ class Enrolment:
                 str(doc.get("created", "")),
                 {str(k): float(v) for k, v in (model.get("rhythm") or {}).items()},
                 {str(k): float(v) for k, v in (model.get("detector_logit") or {}).items()},
+                own,
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ConfigError):
@@ -387,6 +413,19 @@ class Baselines:
                 if self._cal[i] > 0:
                     self._rise_t[i] = self._t[i]
         self.calibrated = bool((self._cal > 0).any())  # some station has c > 0
+        # the stations' own models (format /4): logit = [clip(z), clip(m)] . w + bias
+        own = [e.station_model if e is not None else None for e in enrolments]
+        self.own_model = any(o is not None for o in own)
+        self._own_wz = np.zeros((n, N_FEATURES), np.float32)
+        self._own_wm = np.zeros((n, N_FEATURES), np.float32)
+        self._own_b = np.full(n, -np.inf, np.float32)  # no model: -inf, never a hit
+        self.own_threshold = np.full(n, np.inf, np.float32)
+        for i, o in enumerate(own):
+            if o is not None:
+                self._own_wz[i], self._own_wm[i] = o.weights[:N_FEATURES], o.weights[N_FEATURES:]
+                self._own_b[i], self.own_threshold[i] = o.bias, o.threshold
+        self.last_own = np.full(n, -np.inf, np.float32)  # the own model's logit, last window
+        self.novelty_clause = self.novelty_clause or self.own_model
         self._level = self._level0.copy()
         self._m = np.zeros((n, N_FEATURES), np.float32)
         self._z = np.zeros((n, N_FEATURES), np.float32)
@@ -435,6 +474,12 @@ class Baselines:
         r = peak * self._gate_a[idx] * np.float32(GATE_HIGH - GATE_LOW)
         self.last_novelty[idx] = r
         self.last_novel[idx] = r >= self._novelty[idx]
+        if self.own_model:
+            own = _rowdot(np.clip(z, -Z_CLIP, Z_CLIP), self._own_wz[idx])
+            own += _rowdot(np.clip(m, -Z_CLIP, Z_CLIP), self._own_wm[idx])
+            own += self._own_b[idx]
+            self.last_own[idx] = own
+            self.last_novel[idx] |= own >= self.own_threshold[idx]
         g = np.clip(peak * self._gate_a[idx] - self._gate_b[idx], 0.0, 1.0)
         out = logits - self._cal[idx] + self._span[idx] * g - self._shift[idx]
         if self.calibrated:
@@ -448,6 +493,7 @@ class Baselines:
         z, m, g, b = self._z, self._m, self._g, self._b
         np.subtract(features, self._mean, out=z)
         z *= self._inv_sd
+        own = _rowdot(np.clip(z, -Z_CLIP, Z_CLIP), self._own_wz) if self.own_model else None
         z -= m
         z *= np.float32(ALPHA)
         m += z
@@ -456,6 +502,11 @@ class Baselines:
         np.multiply(g, np.float32(GATE_HIGH - GATE_LOW), out=self.last_novelty)
         if self.novelty_clause:
             np.greater_equal(self.last_novelty, self._novelty, out=self.last_novel)
+        if own is not None:
+            own += _rowdot(np.clip(m, -Z_CLIP, Z_CLIP), self._own_wm)
+            own += self._own_b
+            self.last_own[:] = own
+            self.last_novel |= own >= self.own_threshold
         g -= self._gate_b
         np.clip(g, 0.0, 1.0, out=g)
         g *= self._span
@@ -470,6 +521,12 @@ class Baselines:
             np.minimum(b, logits, out=b)
             np.maximum(g, b, out=g)
         return _sigmoid(scores, g, self.enrolled)
+
+
+def _rowdot(a: F32, b: F32) -> F32:
+    """Per row, ``a . b`` (no BLAS: see ``features.py``)."""
+    out: F32 = np.einsum("ij,ij->i", a, b)
+    return out
 
 
 def _sigmoid(p: F32, logit: F32, enrolled: npt.NDArray[np.bool_]) -> F32:

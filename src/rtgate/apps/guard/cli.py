@@ -528,6 +528,12 @@ def evaluate(
     stations: Annotated[int, typer.Option(help="outside: stations (clips)")] = 100,
     clips: Annotated[int, typer.Option(help="unseen: clips")] = 480,
     seed: Annotated[int | None, typer.Option(help="seed (default: the set's own)")] = None,
+    station_model: Annotated[
+        bool,
+        typer.Option(
+            "--station-model", help="outside: also each station's own model (enroll's option)"
+        ),
+    ] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
 ) -> None:
     """Evaluate the detector on a set it was never trained or tuned on.
@@ -548,6 +554,7 @@ def evaluate(
                 SEED if seed is None else seed,
                 baseline=baseline,
                 log=lambda s: console.print(s),
+                station_model=station_model,
             )
         elif set_ == "unseen":
             if baseline is not None:

@@ -56,6 +56,7 @@ from rtgate.apps.guard.features import (
 )
 from rtgate.apps.guard.rhythm import WINDOWS, Rhythm
 from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
+from rtgate.apps.guard.station_model import fit_station_model
 from rtgate.core.errors import InvalidRequest
 
 __all__ = [
@@ -144,6 +145,7 @@ class Recording:
     rms: float
     rhythm: F32 | None = None
     logits: F32 | None = None
+    audio: F32 | None = None  # the 16 kHz audio of every window, kept for a station model
 
     @property
     def seconds(self) -> float:
@@ -154,9 +156,11 @@ def listen(
     sources: Iterable[tuple[Source, Iterable[F32]]],
     detector: Detector,
     max_seconds: float,
+    keep_audio: bool = False,
 ) -> Recording:
     """Run ``detector`` (one stream) over each source's 16 kHz chunks in turn, up to
-    ``max_seconds`` of audio in all; the detector is reset between sources."""
+    ``max_seconds`` of audio in all; the detector is reset between sources. ``keep_audio``:
+    keep the windows' audio too (``Recording.audio``, for a station model)."""
     if detector.n_streams != 1:
         raise InvalidRequest("enrolment listens with a one-stream detector")
     wf = WindowFeatures()
@@ -166,6 +170,7 @@ def listen(
     scores: list[float] = []
     rhythms: list[float] = []
     logits: list[float] = []
+    kept: list[F32] = []
     segments, used, energy = [], [], 0.0
     for src, chunks in sources:
         if len(scores) >= limit:
@@ -178,6 +183,8 @@ def listen(
             if not wins:
                 continue
             x = np.stack(wins)
+            if keep_audio:
+                kept.append(x.reshape(-1))
             energy += float(np.square(x, dtype=np.float64).sum())
             env = np.zeros((len(x), len(CREST_BANDS), N_SUB), np.float32)
             f = wf(x, env)
@@ -202,6 +209,7 @@ def listen(
         rms,
         np.asarray(rhythms, np.float32),
         np.asarray(logits, np.float32),
+        np.concatenate(kept) if kept else (np.zeros(0, np.float32) if keep_audio else None),
     )
 
 
@@ -247,7 +255,8 @@ def _replay(rec: Recording, enrolment: Enrolment, rule: Rule) -> tuple[F32, int]
             f, s = rec.features[t : t + 1], rec.scores[t : t + 1]
             s = base.adjust(f, s, None, logits[t : t + 1])
             novelty[t] = base.last_novelty[0]
-            stops += len(eng.feed(s, (t - a + 1) * HOP / RATE))
+            own = base.last_novel if base.own_model else None  # the station model's hits
+            stops += len(eng.feed(s, (t - a + 1) * HOP / RATE, None, own))
     return novelty, stops
 
 
@@ -338,10 +347,13 @@ def fit(
     accept_stops: bool = False,
     shift: float = SHIFT_MAX,
     extra: dict[str, Any] | None = None,
+    station_model: bool = False,
 ) -> Fitted:
     """Measure ``station``'s normal on ``rec`` (see the module doc for what is refused:
     :class:`InvalidRequest`). ``detector``: the one that made the scores, for the
-    provenance; ``extra``: more provenance (e.g. how long was asked for)."""
+    provenance; ``extra``: more provenance (e.g. how long was asked for);
+    ``station_model``: also fit the station's own model on ``rec.audio``
+    (``station_model.py``; the enrolment is then of format /4)."""
     rule = rule or Rule()
     general = _general(rec, rule) if rec.seconds >= MIN_SECONDS else {}
     _check(station, rec, general, accept_stops)
@@ -359,6 +371,12 @@ def fit(
         "features": N_FEATURES,
         **(extra or {}),
     }
+    own = None
+    if station_model:
+        if rec.audio is None or len(rec.audio) < len(rec.scores) * HOP:
+            raise InvalidRequest("a station model needs the recording's audio (listen keep_audio)")
+        seed = int(hashlib.sha256(station.encode()).hexdigest()[:8], 16)
+        own = fit_station_model(rec.audio, mean, sd, seed=seed)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     general["accepted_stops"] = bool(general["stops"])
     enrolment = Enrolment(
@@ -372,6 +390,7 @@ def fit(
         created,
         rhythm_range(rec),
         detector_range(rec),
+        own,
     )
     _, residual = _replay(rec, enrolment, rule)
     enrolment = replace(enrolment, general={**general, "stops_with_enrolment": residual})

@@ -131,6 +131,14 @@ def enroll(
             "becomes the station's normal, and only a rise over it stops)",
         ),
     ] = False,
+    station_model: Annotated[
+        bool,
+        typer.Option(
+            "--station-model",
+            help="also fit the station's own fault model on the recording (format /4; "
+            "faults and benign sounds added to it, a few seconds; off by default)",
+        ),
+    ] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the summary here")] = None,
 ) -> None:
     """Listen to a station running healthy and store its own normal for scan and run.
@@ -150,12 +158,20 @@ def enroll(
         r.for_station(station).topic_for(station)  # a name its stops could not be sent for
         srcs, reader = _sources(sources or [], device, rate, channels, channel, minutes)
         det = Detector(model, n_streams=1)
-        rec = listen(srcs, det, minutes * 60)
+        rec = listen(srcs, det, minutes * 60, keep_audio=station_model)
         if reader is not None:
             rec.sources[0].sha256 = reader.digest.hexdigest()
         extra = {"minutes_asked": minutes, "rules": str(rules) if rules else None}
         rule = r.for_station(station)
-        fitted = fit(station, rec, rule=rule, detector=det, accept_stops=accept_stops, extra=extra)
+        fitted = fit(
+            station,
+            rec,
+            rule=rule,
+            detector=det,
+            accept_stops=accept_stops,
+            extra=extra,
+            station_model=station_model,
+        )
         path = store.save(fitted.enrolment)
     except RtgateError as e:
         _fail(e)

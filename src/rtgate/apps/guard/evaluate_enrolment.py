@@ -33,7 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -198,9 +198,12 @@ def _features(wf: WindowFeatures, clips: Sequence[_Recorded], a: int, b: int) ->
     return np.stack(feats, axis=1), np.stack(rh, axis=1)
 
 
-def _enrol_all(fleet: _Fleet, model: str | Path | None) -> list[tuple[Enrolment, list[str]]]:
+def _enrol_all(
+    fleet: _Fleet, model: str | Path | None, station_model: bool = False
+) -> list[tuple[Enrolment, list[str]]]:
     """Each station fitted on its enrolment part, stops accepted (the refusal is read from
-    the warnings); the scores come from one batched detector."""
+    the warnings); the scores come from one batched detector. ``station_model``: each with
+    its own model too (``station_model.py``)."""
     n, wf = len(fleet.clips), WindowFeatures()
     det = Detector(model, n_streams=n)
     feats, rhythm = _features(wf, fleet.clips, 0, fleet.enrol_w)
@@ -213,10 +216,18 @@ def _enrol_all(fleet: _Fleet, model: str | Path | None) -> list[tuple[Enrolment,
     for i, clip in enumerate(fleet.clips):
         x = clip.audio[: fleet.enrol_w * HOP].astype(np.float64)
         src = Source(f"station{i}", "simulated", RATE, seconds=fleet.enrol_w * HOP / RATE)
+        audio = clip.audio[: fleet.enrol_w * HOP] if station_model else None
         rec = Recording(
-            feats[i], scores[i], [(0, fleet.enrol_w)], [src], float(np.std(x)), rhythm[i], logits[i]
+            feats[i],
+            scores[i],
+            [(0, fleet.enrol_w)],
+            [src],
+            float(np.std(x)),
+            rhythm[i],
+            logits[i],
+            audio,
         )
-        fitted = fit(f"s{i:03d}", rec, accept_stops=True)
+        fitted = fit(f"s{i:03d}", rec, accept_stops=True, station_model=station_model)
         out.append((fitted.enrolment, fitted.warnings))
     return out
 
@@ -331,17 +342,21 @@ def evaluate_enrolment(
     model: str | Path | None = None,
     novelty: float = 4.0,
     population: str = "outside",
+    station_model: bool = False,
 ) -> dict[str, Any]:
     """Simulate the stations, enrol and score them; the report (module doc).
     ``novelty``: the rules' novelty clause of the last way (0: leave that way out);
     ``population``: ``outside`` (the default) or ``unseen``, the simulator's held-out
-    motors, for what an enrolment costs on machines like the training set."""
+    motors, for what an enrolment costs on machines like the training set;
+    ``station_model``: fit each station's own model too and add the ways
+    ``enrolled_station_model`` and ``enrolled_accepting_stops_station_model``."""
     if n_stations < 4 or enrol_s < 30 or score_s < 5:
         raise InvalidRequest("need >= 4 stations, enrol_s >= 30 and score_s >= 5")
     if population not in ("outside", "unseen"):
         raise InvalidRequest(f"population must be outside or unseen, got {population!r}")
     fleet = _simulate(n_stations, seed, enrol_s, score_s, population == "outside")
-    fitted = [e for e, _ in _enrol_all(fleet, model)]
+    own = [e for e, _ in _enrol_all(fleet, model, station_model)]
+    fitted = [replace(e, station_model=None) for e in own]  # as without: the same numbers
     accepted = [None if e.general.get("stops") else e for e in fitted]
     feats, rhythm = _features(
         WindowFeatures(), fleet.clips, fleet.enrol_w, fleet.enrol_w + fleet.score_w
@@ -357,6 +372,12 @@ def evaluate_enrolment(
     }
     if novelty:
         ways[f"enrolled_novelty_{novelty:g}"] = (accepted, Rules(Rule(novelty=novelty)))
+    if station_model:
+        ways["enrolled_station_model"] = (
+            [None if e.general.get("stops") else e for e in own],
+            Rules(),
+        )
+        ways["enrolled_accepting_stops_station_model"] = (list(own), Rules())
     report: dict[str, Any] = {
         "seed": seed,
         "population": population,
@@ -387,6 +408,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--score-s", type=float, default=30.0)
     ap.add_argument("--novelty", type=float, default=4.0, help="the novelty clause's way (0: none)")
     ap.add_argument("--population", choices=["outside", "unseen"], default="outside")
+    ap.add_argument(
+        "--station-model", action="store_true", help="also each station's own model (format /4)"
+    )
     args = ap.parse_args(argv)
     report = evaluate_enrolment(
         args.stations,
@@ -396,6 +420,7 @@ def main(argv: list[str] | None = None) -> None:
         args.model,
         args.novelty,
         args.population,
+        args.station_model,
     )
     print(json.dumps(report, indent=1))
 

@@ -32,6 +32,7 @@ a fault present from the start of the recording just the same.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,8 +159,11 @@ def evaluate_outside(
     dcase_clips: int = 240,
     dcase_epochs: int = 100,
     log: Any = None,
+    station_model: bool = False,
 ) -> dict[str, Any]:
-    """The report described in the module doc."""
+    """The report described in the module doc. ``station_model``: fit each station's own
+    model too (``station_model.py``) and add the ways ``enrolled_station_model`` and
+    ``enrolled_accepting_stops_station_model``."""
     if n_stations < 10 or enrol_s < 30 or score_s < 6:
         raise InvalidRequest("need >= 10 stations, enrol_s >= 30 and score_s >= 6")
     if baseline not in (None, "dcase2020"):
@@ -167,7 +171,8 @@ def evaluate_outside(
     stations = make_stations(n_stations, seed, enrol_s, score_s)
     enrol_w, score_w = int(enrol_s * RATE) // HOP, int(score_s * RATE) // HOP
     fleet = _Fleet(stations, [",".join(s.machine.backgrounds) for s in stations], enrol_w, score_w)
-    fitted = [e for e, _ in _enrol_all(fleet, model)]
+    own = [e for e, _ in _enrol_all(fleet, model, station_model)]
+    fitted = [replace(e, station_model=None) for e in own]  # the same numbers without it
     accepted = [None if e.general.get("stops") else e for e in fitted]
     feats, rhythm = _features(WindowFeatures(), stations, enrol_w, enrol_w + score_w)
     onsets = np.array([np.inf if s.onset_s is None else s.onset_s - enrol_s for s in stations])
@@ -189,6 +194,12 @@ def evaluate_outside(
         "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
         "enrolled_accepting_stops_rhythm": (list(fitted), Rules(Rule(rhythm=RHYTHM_MARGIN))),
     }
+    if station_model:
+        ways["enrolled_station_model"] = (
+            [None if e.general.get("stops") else e for e in own],
+            Rules(),
+        )
+        ways["enrolled_accepting_stops_station_model"] = (list(own), Rules())
     groups = _groups(stations)
     rule = Rules().default
     for name, (enrolments, rules) in ways.items():

@@ -191,7 +191,8 @@ class Guard:
         for d in decisions:  # every stop of this tick is published before anything else
             now = self.clock()
             own_rhythm = bool(np.isfinite(base.rhythm_threshold[d.index]))
-            rule = d.rule.describe(d.instant, d.novel, own_rhythm)
+            own_model = bool(np.isfinite(base.own_threshold[d.index]))
+            rule = d.rule.describe(d.instant, d.novel, own_rhythm, own_model)
             msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, rule)
             ev = StopEvent(msg, self.topics[d.index], d.index, np.zeros(0, np.float32), now)
             if self.before_publish is not None:  # the ablation: explain before the stop

@@ -112,11 +112,13 @@ class Rule:
         """The score that stops on one window (infinity when the clause is off)."""
         return max(self.instant, self.threshold) if self.instant else math.inf
 
-    def describe(self, instant: bool = False, novel: bool = False, rhythm: bool = False) -> str:
+    def describe(
+        self, instant: bool = False, novel: bool = False, rhythm: bool = False, own: bool = False
+    ) -> str:
         """The rule (its k-of-n clause, or with ``instant`` its one-window clause) as it
         appears in a stop message; with ``novel``, the k-of-n clause with the station's own
-        hits: novelty (when the rule has it) and, with ``rhythm`` (the station's enrolment
-        measured its rhythm), the rhythm."""
+        hits: novelty (when the rule has it), with ``rhythm`` (the station's enrolment
+        measured its rhythm) the rhythm, and with ``own`` its own model (format /4)."""
         if instant:
             return f"{self.name}: score>={self.instant_at:g} in 1 window"
         hit = f"score>={self.threshold:g}"
@@ -124,6 +126,8 @@ class Rule:
             hit += f" or novelty>={self.novelty:g}"
         if novel and rhythm and self.rhythm:
             hit += f" or rhythm>=own max+{self.rhythm:g}"
+        if novel and own:
+            hit += " or its own model"
         return f"{self.name}: {hit} in {self.k} of {self.n} windows"
 
     def topic_for(self, station: str) -> str:
