@@ -163,3 +163,21 @@ async def test_a_hold_nobody_settles_lets_go_by_itself() -> None:
         await p.put(EndFrame())
         await p.wait()
     assert len(rec.chunks) == 3 and out.expired == 1
+
+
+async def test_the_page_is_told_to_mute_on_a_hold_and_to_play_on_a_resume() -> None:
+    from rtgate.apps.voice.web import _listener
+
+    class Events:
+        def __init__(self) -> None:
+            self.got: list[tuple[str, dict[str, object]]] = []
+
+        def event(self, kind: str, **data: object) -> None:
+            self.got.append((kind, data))
+
+    sent = Events()
+    on = _listener(sent, [])  # type: ignore[arg-type]
+    on("turns", HoldFrame(t=1.25))
+    on("turns", ResumeFrame(t=1.6))
+    on("output", HoldFrame(t=2.0))  # seen again further down: told once
+    assert sent.got == [("hold", {"t": 1.25}), ("resume", {"t": 1.6})]
