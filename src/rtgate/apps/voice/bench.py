@@ -47,6 +47,7 @@ from rtgate.apps.voice.labels import keyword_on_topic, true_bounds
 from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels
 from rtgate.apps.voice.transport import RecordingOut, read_wav
+from rtgate.apps.voice.turns import TurnRules
 from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker
 from rtgate.core.budget import Budget
 from rtgate.core.request import Piece, Request
@@ -137,6 +138,7 @@ class CallResult:
     turns: int = 0
     cut_ins: int = 0
     missed_bargeins: int = 0
+    holds: list[int] = field(default_factory=lambda: [0, 0, 0])  # confirmed, resumed, expired
     by_lang: dict[str, list[int]] = field(default_factory=dict)  # lang -> [turns, cut-ins]
     calls: list[dict[str, Any]] = field(default_factory=list)
     audio_ms: list[float] = field(default_factory=list)  # Smart Turn calls, wall time
@@ -159,6 +161,7 @@ class CallResult:
         self.turns += r.turns
         self.cut_ins += r.cut_ins
         self.missed_bargeins += r.missed_bargeins
+        self.holds = [a + b for a, b in zip(self.holds, r.holds, strict=True)]
         self.cut_in_details += r.cut_in_details
         for key, n in r.speculation.items():
             self.speculation[key] = self.speculation.get(key, 0) + n
@@ -297,6 +300,8 @@ def _score(
     for key, count in call.agent.speculation.items():
         res.speculation[key] = res.speculation.get(key, 0) + count
     res.audio_ms += [ms for _, _, _, ms in call.turns.audio_scores]
+    confirmed = sum(ok for _, ok in call.turns.holds)
+    res.holds = [confirmed, len(call.turns.holds) - confirmed, call.output.expired]
     lang_row = res.by_lang.setdefault(lang, [0, 0])
     rows: list[dict[str, Any]] = []
     for i, turn in enumerate(turns):
@@ -447,6 +452,7 @@ async def _run(
     audio_turns: bool,
     eval_dir: Path | None,
     speculate: bool = False,
+    hold: bool = True,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     cfg = VoiceConfig(
@@ -455,6 +461,7 @@ async def _run(
         asr_step_s=asr_step_s,
         audio_turns=audio_turns,
         speculate=speculate,
+        rules=TurnRules() if hold else TurnRules(hold_rise_db=None),
     )
     total = CallResult()
     serial: list[float] = []
@@ -534,10 +541,14 @@ def _report(
         },
         "bargeins": len(total.bargein_stop_ms),
         "missed_bargeins": total.missed_bargeins,
+        # the line's rise paused the agent: then a barge-in, or not speech (played on after
+        # hold_s), or let go by the output itself (nobody settled it)
+        "holds": dict(zip(("barge_in", "resumed", "expired"), total.holds, strict=True)),
         "asr_model": cfg.asr_model,
         "semantic_turns": cfg.semantic_turns,
         "audio_turns": cfg.audio_turns,
         "speculate": cfg.speculate,
+        "hold_rise_db": cfg.rules.hold_rise_db,
         "asr_step_s": cfg.asr_step_s,
         "llm": cfg.llm,
         "cloud": "emulated cloud-70b (local model + CLOUD_70B latency)",
@@ -567,6 +578,7 @@ def run(
     audio_turns: bool = False,
     eval_dir: Path | None = None,
     speculate: bool = False,
+    hold: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report. With
     ``eval_dir`` the held-out calls there (``calls`` 0: all of them)."""
@@ -582,6 +594,7 @@ def run(
             audio_turns,
             eval_dir,
             speculate,
+            hold,
         )
     )
 

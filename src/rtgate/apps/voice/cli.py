@@ -249,6 +249,9 @@ def bench_voice(
     speculate: bool = typer.Option(
         False, help="prepare the answer at a pause, speak it on the end (off by default)"
     ),
+    hold: bool = typer.Option(
+        True, help="pause the agent when the caller's line rises (off: the ablation)"
+    ),
     which: str = typer.Option(
         "validation", "--set", help="validation (the packaged clips) or eval (held out)"
     ),
@@ -274,6 +277,7 @@ def bench_voice(
         audio_turns=audio_turns,
         eval_dir=eval_dir if which == "eval" else None,
         speculate=speculate,
+        hold=hold,
     )
     table = Table(title=f"voice bench: {report['calls']} calls, {report['turns']} turns")
     table.add_column("metric")

@@ -32,8 +32,10 @@ __all__ = [
     "DataFrame",
     "EndFrame",
     "Frame",
+    "HoldFrame",
     "InterruptionFrame",
     "Pcm",
+    "ResumeFrame",
     "SpeechStartFrame",
     "SpeechStopFrame",
     "StartFrame",
@@ -86,6 +88,22 @@ class EndFrame(ControlFrame):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InterruptionFrame(ControlFrame):
     """The caller barged in at audio time ``t``: stop speaking, cancel generation."""
+
+    t: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HoldFrame(ControlFrame):
+    """The caller's line rose over its noise floor at audio time ``t`` while the agent
+    talks: pause the agent's audio where it is (nothing is dropped) until a
+    :class:`ResumeFrame` or an :class:`InterruptionFrame` says which it was."""
+
+    t: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeFrame(ControlFrame):
+    """The rise that paused the agent was not speech: play on from where it paused."""
 
     t: float
 
@@ -160,12 +178,18 @@ class AudioFrame(DataFrame):
     VAD stage's ``fade_db``). The end of a word shows there first; Silero's probability
     only falls 80-140 ms later, so turn-taking dates the silence from the fade, and the ASR
     starts its end-of-speech decode on it.
+
+    ``over_floor_db``: the frame's level over the line's noise floor (the median level heard
+    outside speech), ``None`` until the floor is known. A voice starting shows there one or
+    two steps before Silero's probability rises, which lets a barge-in pause the agent
+    sooner (turns.py).
     """
 
     pcm: Pcm
     t: float
     prob: float | None = None
     faded: bool = False
+    over_floor_db: float | None = None  # level over the line's noise floor, once known
 
     @property
     def end(self) -> float:

@@ -7,11 +7,20 @@ starts and stops talking (``AgentStartedFrame``/``AgentStoppedFrame``, sent upst
 A follow-up (the big model's answer, late by nature) is not started while the caller is
 speaking: it is dropped (``held_back``), since starting it would talk over them until the
 barge-in stopped it.
+
+A :class:`~rtgate.apps.voice.frames.HoldFrame` (the caller's line rose: maybe a barge-in)
+pauses the playing before its next chunk, dropping nothing; a
+:class:`~rtgate.apps.voice.frames.ResumeFrame` plays on from there, an
+:class:`~rtgate.apps.voice.frames.InterruptionFrame` stops it, counted from when the hold
+began (the agent has been silent since). A hold nobody settles lets go by itself after
+``max_hold_s`` (a lost resume must not stall the call). The chunks already handed to the
+``AudioOut`` play on: with ``lead_s`` a client's buffer covers that much of the hold.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -24,8 +33,10 @@ from rtgate.apps.voice.frames import (
     AgentStartedFrame,
     AgentStoppedFrame,
     Frame,
+    HoldFrame,
     InterruptionFrame,
     Pcm,
+    ResumeFrame,
     SpeechStartFrame,
     SpeechStopFrame,
 )
@@ -92,19 +103,55 @@ class OutputStage(Stage):
     name = "output"
     interruptible = True
 
-    def __init__(self, out: AudioOut, *, pace: bool = True, lead_s: float = 0.0) -> None:
+    def __init__(
+        self, out: AudioOut, *, pace: bool = True, lead_s: float = 0.0, max_hold_s: float = 0.6
+    ) -> None:
         super().__init__()
         self.out, self.pace, self.lead_s = out, pace, lead_s
+        self.max_hold_s = max_hold_s
         self.playing = False
         self._play_at = 0.0
         self.stops: list[tuple[float, float]] = []  # (caller speech t, loop time stopped)
         self.caller_speaking = False
         self.held_back = 0  # follow-ups not started because the caller was speaking
+        self._go = asyncio.Event()  # clear while a hold pauses the playing
+        self._go.set()
+        self._held_at: float | None = None  # loop time the hold began
+        self.holds = 0  # holds received
+        self.expired = 0  # holds that let go by themselves after max_hold_s
+
+    def _release(self) -> None:
+        self._held_at = None
+        self._go.set()
+
+    async def _wait_hold(self) -> None:
+        """Before a chunk: wait while a hold pauses the playing (at most ``max_hold_s``)."""
+        if self._go.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._go.wait(), self.max_hold_s)
+        if not self._go.is_set():
+            self.expired += 1
+            self._release()
 
     async def process_frame(self, frame: Frame, upstream: bool) -> None:
+        if isinstance(frame, HoldFrame):
+            if self._held_at is None:
+                self._held_at = asyncio.get_running_loop().time()
+                self._go.clear()
+                self.holds += 1
+            await self.push(frame)
+            return
+        if isinstance(frame, ResumeFrame):
+            self._release()
+            await self.push(frame)
+            return
         if isinstance(frame, InterruptionFrame):
             self.out.clear()
-            self.stops.append((frame.t, asyncio.get_running_loop().time()))
+            held_at = self._held_at
+            self._release()
+            now = asyncio.get_running_loop().time()
+            self.stops.append((frame.t, now if held_at is None else held_at))
             if self.playing:
                 self.playing = False
                 await self.push(AgentStoppedFrame(interrupted=True), upstream=True)
@@ -130,6 +177,9 @@ class OutputStage(Stage):
             self._play_at = max(self._play_at, now)
             if self.pace and self._play_at - self.lead_s > now:
                 await asyncio.sleep(self._play_at - self.lead_s - now)
+            if not self._go.is_set():
+                await self._wait_hold()
+                self._play_at = loop.time()  # the rest plays from the release on
             self.out.write(chunk, frame)
             self._play_at += len(chunk) / RATE
         if self.pace:

@@ -38,6 +38,15 @@ Caller speech while the agent is talking is a barge-in: the stage sends an
 speech probability reaches ``barge_prob`` (0.3, under the VAD's 0.5 speech start) once the
 caller's previous speech has stopped. So is the agent starting to talk (a sentence that
 came late, a follow-up) while the caller is speaking in a new turn.
+
+Silero's probability takes 20-240 ms from a voice's onset to reach 0.3 (p50 37, p95 186
+ms at the barge-ins of the validation calls), the line's level one or two 16 ms steps. So
+before the barge-in, a rise of the level ``hold_rise_db`` over the line's noise floor for
+``hold_steps`` steps sends a :class:`~rtgate.apps.voice.frames.HoldFrame`: the output
+pauses where it is, dropping nothing. Speech confirmed within ``hold_s`` makes it a
+barge-in dated from the rise (the agent has been silent since); otherwise a
+:class:`~rtgate.apps.voice.frames.ResumeFrame` plays on, and that stretch of agent speech
+gets no second hold (a knock, a door, a cough: a gap of ``hold_s``, then the agent goes on).
 """
 
 from __future__ import annotations
@@ -58,7 +67,9 @@ from rtgate.apps.voice.frames import (
     AudioFrame,
     EndFrame,
     Frame,
+    HoldFrame,
     InterruptionFrame,
+    ResumeFrame,
     SpeechStartFrame,
     SpeechStopFrame,
     StartFrame,
@@ -252,6 +263,14 @@ class TurnRules:
     cover_s: float = 0.2
     backdate_s: float = 0.25  # how far back the fade may date the silence
     barge_prob: float = 0.3  # speech probability that stops the agent while it talks
+    # the line this far over its noise floor for ``hold_steps`` VAD steps while the agent
+    # talks pauses its audio (a HoldFrame) until Silero confirms speech (the barge-in, dated
+    # from the rise) or ``hold_s`` of audio passes without it (a ResumeFrame: play on, once
+    # per stretch of agent speech); None: no holds (a line whose echo of the agent is not
+    # cancelled would rise at every word)
+    hold_rise_db: float | None = 10.0
+    hold_steps: int = 2
+    hold_s: float = 0.3
     # the audio end-of-turn model (with ``TurnStage(audio_eot=...)``)
     audio_done_p: float = 0.7  # at or above: the voice sounds finished
     audio_more_p: float = 0.25  # under: the voice goes on
@@ -332,6 +351,10 @@ class TurnStage(Stage):
         self.latest: TranscriptFrame | None = None
         self.agent_speaking = False
         self._barged = False
+        self._rise_steps = 0  # consecutive steps over the hold bar while the agent talks
+        self.hold_t: float | None = None  # audio time of the rise that paused the agent
+        self._hold_spent = False  # this stretch of agent speech had a hold that resumed
+        self.holds: list[tuple[float, bool]] = []  # (rise t, confirmed as a barge-in)
         self.caller_speaking: float | None = None  # start of the caller's speech, if on now
         self.ended: list[TurnEndFrame] = []
         self.paused: list[TurnPauseFrame] = []
@@ -340,6 +363,9 @@ class TurnStage(Stage):
         if isinstance(frame, AgentStartedFrame | AgentStoppedFrame):
             self.agent_speaking = isinstance(frame, AgentStartedFrame)
             self._barged = False
+            self._rise_steps, self._hold_spent = 0, False
+            if not self.agent_speaking:
+                self.hold_t = None  # the output let go of its hold when it stopped
             if self.agent_speaking and self.in_turn and self.caller_speaking is not None:
                 # the agent starts (a late sentence, a follow-up) while the caller is already
                 # in a new turn and talking: that is a barge-in too, not a reason to talk over
@@ -367,6 +393,8 @@ class TurnStage(Stage):
                 # last speech has stopped: its probability trails off well after the turn
                 # ended), a lower bar stops it sooner (noise stays under it: docs/voice.md)
                 await self._barge_in(frame.t)
+            elif barge:
+                await self._hold(frame)
             if not frame.faded:
                 self.loud_until = frame.end
             if frame.prob is not None and frame.prob >= self.rules.quiet_prob:
@@ -504,8 +532,29 @@ class TurnStage(Stage):
         self.paused.append(ev)
         await self.push(ev)
 
+    async def _hold(self, frame: AudioFrame) -> None:
+        """Pause the agent on a rise of the line's level; resume it when no speech came."""
+        bar = self.rules.hold_rise_db
+        if bar is None:
+            return
+        if self.hold_t is not None:
+            if frame.end - self.hold_t >= self.rules.hold_s:
+                self.holds.append((self.hold_t, False))
+                self.hold_t, self._hold_spent = None, True
+                await self.push(ResumeFrame(t=frame.t))
+            return
+        over = frame.over_floor_db
+        self._rise_steps = self._rise_steps + 1 if over is not None and over >= bar else 0
+        if self._rise_steps >= self.rules.hold_steps and not self._hold_spent:
+            self.hold_t = frame.t - (self.rules.hold_steps - 1) * len(frame.pcm) / RATE
+            await self.push(HoldFrame(t=self.hold_t))
+
     async def _barge_in(self, t: float) -> None:
         self._barged = True  # once per stretch of agent speech
+        if self.hold_t is not None:  # the rise was the voice: it started there
+            t = min(t, self.hold_t)
+            self.holds.append((self.hold_t, True))
+            self.hold_t = None
         await self.push(InterruptionFrame(t=t))
 
     async def cleanup(self) -> None:

@@ -212,17 +212,20 @@ class VADStage(Stage):
                 self._peak_db = max(self._peak_db, level)
             if event is not None:
                 await self.push(event)
-            if self.floor_db is not None and not self.tracker.speaking and prob < self.floor_prob:
+            if not self.tracker.speaking and prob < self.floor_prob:
                 self._noise.append(level)
                 if len(self._noise) >= 12:
                     self._floor = float(np.median(np.fromiter(self._noise, dtype=np.float64)))
             faded = level < self.fade_level()
-            await self.push(AudioFrame(pcm=piece, t=t, prob=prob, faded=faded))
+            over = None if self._floor is None else level - self._floor
+            frame_out = AudioFrame(pcm=piece, t=t, prob=prob, faded=faded, over_floor_db=over)
+            await self.push(frame_out)
 
     def noise_floor(self) -> float | None:
-        """The line's noise level (dBFS) heard outside speech; ``None`` until 12 steps (and
-        without ``floor_db``). Taken when a step is heard outside speech, not at every step:
-        during speech, where the fade is read, it does not move."""
+        """The line's noise level (dBFS) heard outside speech; ``None`` until 12 steps.
+        Taken when a step is heard outside speech, not at every step: during speech, where
+        the fade is read, it does not move. The fade uses it only with ``floor_db``; every
+        frame carries its level over it (``AudioFrame.over_floor_db``)."""
         return self._floor
 
     def fade_level(self) -> float:

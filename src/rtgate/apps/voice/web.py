@@ -5,8 +5,10 @@
 - ``GET /`` the page (``data/web/index.html``) and ``GET /voice.js`` its script;
 - ``WS /ws``: the browser sends 16 kHz mono 16-bit PCM as binary messages; the server sends
   agent audio the same way (paced in real time, 100 ms ahead) and JSON text messages:
-  ``{"type": "partial"|"final"|"turn"|"ack"|"answer"|"followup"|"clear"|"speech", ...}``
-  with timings in ms. ``clear`` (a barge-in) tells the page to drop queued audio.
+  ``{"type": "partial"|"final"|"turn"|"ack"|"answer"|"followup"|"clear"|"speech"|"hold"|
+  "resume", ...}`` with timings in ms. ``clear`` (a barge-in) tells the page to drop queued
+  audio; ``hold`` (the caller's line rose while the agent talks: turns.py) to mute it until
+  ``resume`` or ``clear``.
 
 Models load on the first connection and are shared by later ones; call :func:`aclose` (or
 ``app.state.voice.aclose()``) on shutdown.
@@ -32,8 +34,10 @@ from rtgate.apps.voice.frames import (
     AgentAudioFrame,
     AgentTextFrame,
     Frame,
+    HoldFrame,
     InterruptionFrame,
     Pcm,
+    ResumeFrame,
     SpeechStartFrame,
     TranscriptFrame,
     TurnEndFrame,
@@ -137,6 +141,8 @@ def _listener(out: _SocketOut, call: list[VoiceCall]) -> Any:
             out.event("speech", t=round(f.t, 3))
         elif isinstance(f, InterruptionFrame) and stage == "turns":
             out.event("bargein", t=round(f.t, 3))
+        elif isinstance(f, HoldFrame | ResumeFrame) and stage == "turns":
+            out.event("hold" if isinstance(f, HoldFrame) else "resume", t=round(f.t, 3))
 
     return on
 

@@ -2,7 +2,7 @@
 "use strict";
 const RATE = 16000;
 const $ = (id) => document.getElementById(id);
-let ctx = null, ws = null, playAt = 0, sources = [], chunks = 0, bargeins = 0, turnEnd = {};
+let ctx = null, gain = null, ws = null, playAt = 0, sources = [], chunks = 0, bargeins = 0, turnEnd = {};
 
 function log(cls, text, extra) {
   const row = document.createElement("div");
@@ -19,7 +19,7 @@ function play(buf) {
   for (let i = 0; i < pcm.length; i++) ch[i] = pcm[i] / 32768;
   const src = ctx.createBufferSource();
   src.buffer = audio;
-  src.connect(ctx.destination);
+  src.connect(gain);
   playAt = Math.max(playAt, ctx.currentTime);
   src.start(playAt);
   playAt += audio.duration;
@@ -46,7 +46,11 @@ function onEvent(ev) {
       if (ev.type === "ack" && turnEnd[ev.turn]) $("firstaudio").textContent = (turnEnd[ev.turn].end_ms + (ev.after_turn_ms || 0)).toFixed(0);
       break;
     case "bargein": bargeins += 1; $("bargeins").textContent = bargeins; break;
-    case "clear": clearAudio(); break;
+    case "clear": clearAudio(); gain.gain.value = 1; break;
+    // the caller's line rose: the server pauses the agent; what this page has queued
+    // (up to the server's 0.1 s lead) is muted, not paused: the microphone shares the context
+    case "hold": gain.gain.value = 0; break;
+    case "resume": gain.gain.value = 1; break;
   }
 }
 
@@ -54,6 +58,8 @@ async function start() {
   $("start").disabled = true;
   ctx = new AudioContext({ sampleRate: RATE });
   await ctx.resume();
+  gain = ctx.createGain();
+  gain.connect(ctx.destination);
   const stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: true, noiseSuppression: false } });
   const url = new URL("ws", location.href.endsWith("/") ? location.href : location.href + "/");
   url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
