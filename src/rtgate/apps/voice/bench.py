@@ -47,6 +47,7 @@ from rtgate.apps.voice.labels import keyword_on_topic, true_bounds
 from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels
 from rtgate.apps.voice.transport import RecordingOut, read_wav
+from rtgate.apps.voice.turns import EotKind
 from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker
 from rtgate.core.budget import Budget
 from rtgate.core.request import Piece, Request
@@ -447,11 +448,13 @@ async def _run(
     audio_turns: bool,
     eval_dir: Path | None,
     speculate: bool = False,
+    eot: EotKind = "lm+text",
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     cfg = VoiceConfig(
         asr_model=asr_model,
         semantic_turns=semantic_turns,
+        eot=eot,
         asr_step_s=asr_step_s,
         audio_turns=audio_turns,
         speculate=speculate,
@@ -536,6 +539,7 @@ def _report(
         "missed_bargeins": total.missed_bargeins,
         "asr_model": cfg.asr_model,
         "semantic_turns": cfg.semantic_turns,
+        "eot": cfg.eot,
         "audio_turns": cfg.audio_turns,
         "speculate": cfg.speculate,
         "asr_step_s": cfg.asr_step_s,
@@ -567,6 +571,7 @@ def run(
     audio_turns: bool = False,
     eval_dir: Path | None = None,
     speculate: bool = False,
+    eot: EotKind = "lm+text",
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report. With
     ``eval_dir`` the held-out calls there (``calls`` 0: all of them)."""
@@ -582,6 +587,7 @@ def run(
             audio_turns,
             eval_dir,
             speculate,
+            eot,
         )
     )
 
