@@ -33,7 +33,6 @@ from rtgate.apps.voice.pipeline import Pipeline
 from rtgate.apps.voice.turns import TEXT_QUESTION_MORE_P, TurnRules, TurnStage
 from rtgate.core.errors import ConfigError, InvalidRequest
 from tests.apps.voice.test_voice_turns import silence
-from tests.apps.voice.voice_helpers import until
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +174,24 @@ async def test_questions_go_to_the_text_model_and_clauses_to_the_local_one() -> 
     assert text.asked == ["Can you check my last bill?"] and lm.asked == ["我家的网这几天特别慢"]
 
 
+async def run_question(text: str, model: TextEndOfTurn) -> list[TurnEndFrame]:
+    """A question's partial that comes 0.3 s into the silence (as on a busy machine, after
+    the 160 ms a question waits), then 0.4 s more of silence."""
+    stage = TurnStage(TurnRules.for_model("lm+text"), eot=ByCue(clause=Fixed(0.0), question=model))
+    out: list[Frame] = []
+    async with Pipeline([stage], sink=out.append) as pipe:
+        await pipe.put(SpeechStartFrame(t=0.0))
+        await pipe.put(SpeechStopFrame(t=2.0))
+        for f in silence(2.0, 0.3):
+            await pipe.put(f)
+        await pipe.put(TranscriptFrame(turn=1, text=text, lang="en", until=2.0))
+        for f in silence(2.3, 0.4):
+            await pipe.put(f)
+        await pipe.put(EndFrame())
+        await pipe.wait()
+    return [f for f in out if isinstance(f, TurnEndFrame)]
+
+
 async def test_a_question_the_text_model_reads_as_going_on_is_not_ended_in_a_pause() -> None:
     # "Can you check my last bill? | and when does my broadband contract end?": a 0.69 s
     # pause after a complete first question (validation); the model reads it as going on
@@ -182,16 +199,15 @@ async def test_a_question_the_text_model_reads_as_going_on_is_not_ended_in_a_pau
     first = "Can you check my last bill?"
     p = model.score(first, "en")
     assert p is not None and p < TEXT_QUESTION_MORE_P
-    stage = TurnStage(TurnRules.for_model("lm+text"), eot=ByCue(clause=Fixed(0.0), question=model))
-    out: list[Frame] = []
-    async with Pipeline([stage], sink=out.append) as pipe:
-        await pipe.put(SpeechStartFrame(t=0.0))
-        await pipe.put(SpeechStopFrame(t=2.0))
-        await pipe.put(TranscriptFrame(turn=1, text=first, lang="en", until=2.0))
-        await until(lambda: stage.p_end is not None)  # the score is an immediate task
-        for f in silence(2.0, 0.7):
-            await pipe.put(f)
-        await pipe.put(EndFrame())
-        await pipe.wait()
-    ends = [f for f in out if isinstance(f, TurnEndFrame)]
+    ends = await run_question(first, model)
     assert [e.rule for e in ends] == ["end"]  # not decided within the 0.7 s pause
+
+
+async def test_a_question_read_as_finished_ends_as_soon_as_its_late_partial_is_scored() -> None:
+    model = TextEndOfTurn.load()
+    whole = "Can you check my last bill and when does my broadband contract end?"
+    p = model.score(whole, "en")
+    assert p is not None and p >= TEXT_QUESTION_MORE_P
+    ends = await run_question(whole, model)
+    assert [e.rule for e in ends] == ["question"] and ends[0].p_end == pytest.approx(p)
+    assert ends[0].decided_t - 2.3 < 0.1  # on the first frame after the partial

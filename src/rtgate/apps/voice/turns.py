@@ -463,6 +463,7 @@ class TurnStage(Stage):
         p = await self.eot.p_end(frame.text, frame.lang)
         if p is not None:
             self.p_end = (frame.turn, frame.text, p)
+            await self._check()  # a question waiting for its score (see ``_check``)
 
     def _keep(self, frame: AudioFrame) -> None:
         self._audio.append((frame.t, frame.pcm))
@@ -528,9 +529,19 @@ class TurnStage(Stage):
                 p_audio = self.p_audio[2] if voice is not None and self.p_audio else None
                 await self._end(f"{tc}/{voice or 'unheard'}", p, p_audio)
             return
+        if c == "question" and p is None and self.rules.question_more_p is not None:
+            assert covering is not None
+            if self._scoring_text == covering.text and not self._scoring_done():
+                # the partial often comes after the question's 160 ms have passed: ending
+                # before its score (one loop turn for the text model) would never let the
+                # score hold a question that goes on
+                return
         wait, rule = self.rules.wait_rule(c, p)
         if silence_ms >= wait:
             await self._end(rule, p)
+
+    def _scoring_done(self) -> bool:
+        return self._scoring is None or self._scoring.done()
 
     async def _pause(self, silence_ms: float, covering: TranscriptFrame | None) -> None:
         """A short pause with words that cover it: the agent may prepare (once per words)."""
