@@ -15,6 +15,7 @@ from rtgate.apps.voice.agent import (
     split_sentences,
 )
 from rtgate.apps.voice.bench import Clip
+from rtgate.apps.voice.eot_text import ByCue
 from rtgate.apps.voice.frames import (
     RATE,
     AgentAudioFrame,
@@ -203,4 +204,5 @@ async def test_the_emulated_cloud_does_not_queue_on_the_local_model(models: Voic
     assert isinstance(local, LLMTier)
     # a background answer on the cloud's worker leaves the local worker free for scores
     assert cloud.inner.backend is not local.backend
-    assert models.eot is not None and getattr(models.eot, "scorer", None) is local.backend
+    assert models.lm_eot is not None and models.lm_eot.scorer is local.backend
+    assert isinstance(models.eot, ByCue)  # the text model on questions, by default

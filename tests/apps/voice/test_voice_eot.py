@@ -62,8 +62,8 @@ async def test_no_opinion_when_busy_or_unknown() -> None:
 @pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="session")
 async def test_gemma_tells_a_finished_line_from_a_fragment(models: VoiceModels) -> None:
-    assert isinstance(models.eot, LMEndOfTurn) and set(DEFAULT_PROMPTS) == {"zh", "en"}
-    eot = LMEndOfTurn(models.eot.scorer, budget_ms=30_000)
+    assert isinstance(models.lm_eot, LMEndOfTurn) and set(DEFAULT_PROMPTS) == {"zh", "en"}
+    eot = LMEndOfTurn(models.lm_eot.scorer, budget_ms=30_000)
     pairs = [
         ("等一下，我换个问题", "如果我这个月退订套餐"),
         ("上个月的账单一共是多少钱", "我想问一下那个"),
@@ -113,8 +113,8 @@ async def test_a_primed_dialogue_is_restored_not_evaluated_again(models: VoiceMo
     from rtgate.backends.base import Generation
     from rtgate.backends.llamacpp import LlamaCppBackend
 
-    assert isinstance(models.eot, LMEndOfTurn)
-    backend = models.eot.scorer
+    assert isinstance(models.lm_eot, LMEndOfTurn)
+    backend = models.lm_eot.scorer
     assert isinstance(backend, LlamaCppBackend)
     eot = LMEndOfTurn(backend, budget_ms=30_000)
     assert await eot.prime() == 2

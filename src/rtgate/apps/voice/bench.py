@@ -36,7 +36,7 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from rtgate.apps.voice.labels import keyword_on_topic, true_bounds
 from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels
 from rtgate.apps.voice.transport import RecordingOut, read_wav
-from rtgate.apps.voice.turns import TurnRules
+from rtgate.apps.voice.turns import EotKind, TurnRules
 from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker
 from rtgate.core.budget import Budget
 from rtgate.core.request import Piece, Request
@@ -453,15 +453,17 @@ async def _run(
     eval_dir: Path | None,
     speculate: bool = False,
     hold: bool = True,
+    eot: EotKind = "lm+text",
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     cfg = VoiceConfig(
         asr_model=asr_model,
         semantic_turns=semantic_turns,
+        eot=eot,
         asr_step_s=asr_step_s,
         audio_turns=audio_turns,
         speculate=speculate,
-        rules=TurnRules() if hold else TurnRules(hold_rise_db=None),
+        rules=None if hold else replace(TurnRules.for_model(eot), hold_rise_db=None),
     )
     total = CallResult()
     serial: list[float] = []
@@ -546,9 +548,10 @@ def _report(
         "holds": dict(zip(("barge_in", "resumed", "expired"), total.holds, strict=True)),
         "asr_model": cfg.asr_model,
         "semantic_turns": cfg.semantic_turns,
+        "eot": cfg.eot,
         "audio_turns": cfg.audio_turns,
         "speculate": cfg.speculate,
-        "hold_rise_db": cfg.rules.hold_rise_db,
+        "hold_rise_db": (cfg.rules or TurnRules.for_model(cfg.eot)).hold_rise_db,
         "asr_step_s": cfg.asr_step_s,
         "llm": cfg.llm,
         "cloud": "emulated cloud-70b (local model + CLOUD_70B latency)",
@@ -579,6 +582,7 @@ def run(
     eval_dir: Path | None = None,
     speculate: bool = False,
     hold: bool = True,
+    eot: EotKind = "lm+text",
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report. With
     ``eval_dir`` the held-out calls there (``calls`` 0: all of them)."""
@@ -595,6 +599,7 @@ def run(
             eval_dir,
             speculate,
             hold,
+            eot,
         )
     )
 

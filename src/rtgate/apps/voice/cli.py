@@ -252,6 +252,12 @@ def bench_voice(
     hold: bool = typer.Option(
         True, help="pause the agent when the caller's line rises (off: the ablation)"
     ),
+    eot: str = typer.Option(
+        "lm+text",
+        "--eot",
+        help="end-of-turn models: lm (the local model on clauses) or lm+text (and the "
+        "trained text model on questions)",
+    ),
     which: str = typer.Option(
         "validation", "--set", help="validation (the packaged clips) or eval (held out)"
     ),
@@ -266,6 +272,8 @@ def bench_voice(
 
     if which not in ("validation", "eval"):
         raise typer.BadParameter("--set is validation or eval")
+    if eot not in ("lm", "lm+text"):
+        raise typer.BadParameter("--eot is lm or lm+text")
     if which == "eval" and not (eval_dir / "manifest.json").is_file():
         raise typer.BadParameter(f"{eval_dir}: no manifest.json (rtgate voice make-eval)")
     report = run_bench(
@@ -278,6 +286,7 @@ def bench_voice(
         eval_dir=eval_dir if which == "eval" else None,
         speculate=speculate,
         hold=hold,
+        eot="lm" if eot == "lm" else "lm+text",
     )
     table = Table(title=f"voice bench: {report['calls']} calls, {report['turns']} turns")
     table.add_column("metric")

@@ -12,7 +12,7 @@ import asyncio
 import json
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.pipeline import Pipeline, Stage
 from rtgate.apps.voice.transport import AudioOut, OutputStage, RecordingOut
 from rtgate.apps.voice.tts import TTSStage, VoiceTTS
-from rtgate.apps.voice.turns import AudioEndOfTurn, TurnRules, TurnStage
+from rtgate.apps.voice.turns import AudioEndOfTurn, EotKind, TurnRules, TurnStage
 from rtgate.apps.voice.vad import SileroVAD, SpeechTracker, VADStage
 from rtgate.core.errors import InvalidRequest
 from rtgate.domains.loader import GENERIC_JUDGE, load_generic_judge
@@ -68,8 +68,12 @@ class VoiceConfig:
     llm_threads: int = 1
     piper: bool = True
     vad_hangover_ms: float = 64.0
-    # the local model scores complete-looking clauses as finished turns or not (eot.py)
+    # end-of-turn models score the partials as finished turns or not
     semantic_turns: bool = True
+    # which: "lm", the local model's end mass on complete-looking clauses (eot.py);
+    # "lm+text", and the n-gram model trained on how callers go on on questions
+    # (eot_text.py, under 1 ms): a question it reads as going on waits 1.2 s
+    eot: EotKind = "lm+text"
     # Smart Turn v3.2 reads the caller's voice; the turn's end fuses it with the words and
     # the silence (turns.py). Off by default: on the validation calls the fusion cut into
     # no fewer turns (0 of 34 either way) and was slower (first audio p95 615 vs 288 ms),
@@ -85,7 +89,8 @@ class VoiceConfig:
     # first audio p50/p95 was 238/397 ms with it and 169/318 ms without (preparing competes
     # with ASR for the CPU), and the answer's audio came no sooner (docs/voice.md)
     speculate: bool = False
-    rules: TurnRules = field(default_factory=TurnRules)
+    # None: the operating points chosen for ``eot`` (TurnRules.for_model)
+    rules: TurnRules | None = None
     ack_budget_ms: float = 250.0
     answer_budget_ms: float = 2500.0
     full_final: bool = False
@@ -143,6 +148,7 @@ class VoiceModels:
         self.answer_gate: Gate | None = None
         self.deep_gate: Gate | None = None
         self.eot: EndOfTurn | None = None
+        self.lm_eot: LMEndOfTurn | None = None
         self.audio_eot: AudioEndOfTurn | None = None
         # which turns the big model follows up: the domain-free judge (the text's own
         # complexity signals), fitted by `rtgate intents judge`
@@ -157,7 +163,13 @@ class VoiceModels:
         self.tts = VoiceTTS(piper=cfg.piper)
         ack_tiers, answer_tiers, deep_tiers, backend = _tiers(cfg)
         if cfg.semantic_turns:
-            self.eot = LMEndOfTurn(backend)
+            self.lm_eot = LMEndOfTurn(backend)
+            self.eot = self.lm_eot
+            if cfg.eot == "lm+text":
+                from rtgate.apps.voice.eot_text import ByCue, TextEndOfTurn
+
+                text = await asyncio.to_thread(TextEndOfTurn.load)
+                self.eot = ByCue(clause=self.lm_eot, question=text)
         if cfg.audio_turns:
             from rtgate.apps.voice.smart_turn import SmartTurn
 
@@ -184,10 +196,10 @@ class VoiceModels:
         await self.answer_gate.warmup(Request(input=probe, max_tokens=cfg.answer_tokens))
         if self.deep_gate is not None:  # loads the cloud emulation's own model
             await self.deep_gate.warmup(Request(input=probe, max_tokens=4), rounds=1)
-        if isinstance(self.eot, LMEndOfTurn):
-            await self.eot.prime()
+        if self.lm_eot is not None:
+            await self.lm_eot.prime()
             for lang, line in (("zh", "我想改一下我的地址"), ("en", "I need to change my address")):
-                await self.eot.p_end(line, lang)  # and one score each, through the cache
+                await self.lm_eot.p_end(line, lang)  # and one score each, through the cache
         if self.audio_eot is not None:
             await asyncio.to_thread(self.audio_eot.p_end, _silence(1.0))
         table = json.loads(data_path("acks.json").read_text(encoding="utf-8"))
@@ -250,7 +262,8 @@ class VoiceCall:
             judge=models.judge,
             speculate=cfg.speculate,
         )
-        self.turns = TurnStage(cfg.rules, eot=models.eot, audio_eot=models.audio_eot)
+        rules = cfg.rules or TurnRules.for_model(cfg.eot)
+        self.turns = TurnStage(rules, eot=models.eot, audio_eot=models.audio_eot)
         self.output = OutputStage(self.out, pace=pace_out, lead_s=lead_s)
         self.listener = listener
         stages: list[Stage] = [

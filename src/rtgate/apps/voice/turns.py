@@ -80,8 +80,10 @@ from rtgate.apps.voice.frames import (
 from rtgate.apps.voice.pipeline import Stage
 
 __all__ = [
+    "TEXT_QUESTION_MORE_P",
     "AudioEndOfTurn",
     "Cue",
+    "EotKind",
     "TextClass",
     "TurnRules",
     "TurnStage",
@@ -92,6 +94,11 @@ __all__ = [
 ]
 
 Cue = Literal["question", "clause"]
+EotKind = Literal["lm", "lm+text"]
+"""Which end-of-turn models score the partials: ``lm``, the local model's end mass
+(:class:`~rtgate.apps.voice.eot.LMEndOfTurn`) on complete-looking clauses; ``lm+text``, and
+the trained n-gram model (:class:`~rtgate.apps.voice.eot_text.TextEndOfTurn`) on
+questions (:class:`~rtgate.apps.voice.eot_text.ByCue`)."""
 TextClass = Literal["ask", "question", "sure", "complete", "clause", "open"]
 """What the words say, strongest first: ``ask`` (ends on a question mark or a final
 question particle), ``question`` (a question by its opening or a wh-word), a clause the
@@ -196,6 +203,15 @@ _FUSED: dict[TextClass, tuple[float, float, float, float]] = {
 }
 
 
+# A question the trained text model scores under this goes on (TurnRules.for_model): on
+# Whisper's partials of the validation calls the one complete first question that goes on
+# ("Can you check my last bill?", before "and when does my broadband contract end?")
+# scored 0.43, the questions that ended the turn 0.62 and up (docs/voice.md, Session 12).
+# On clauses the text model ranked the turns' ends under the pauses (ROC AUC 0.35-0.46):
+# they stay with the local model.
+TEXT_QUESTION_MORE_P = 0.5
+
+
 def cue(text: str) -> Cue | None:
     """What the transcript's ending says about the turn (see the module docstring)."""
     raw = text.strip()
@@ -283,6 +299,25 @@ class TurnRules:
     fused: dict[TextClass, tuple[float, float, float, float]] = field(
         default_factory=lambda: dict(_FUSED)
     )
+    # questions scored too (with ``eot="lm+text"``, by the trained text model,
+    # :mod:`rtgate.apps.voice.eot_text`; ``None``: questions are not scored): a question
+    # read as going on (P under ``question_more_p``) outwaits the pauses callers make after
+    # a complete first question (0.5-1.0 s)
+    question_more_p: float | None = None
+    question_more_ms: float = 1200.0
+
+    @classmethod
+    def for_model(cls, kind: EotKind) -> TurnRules:
+        """The operating points chosen on the validation calls for the end-of-turn models
+        (docs/voice.md, Session 12): ``lm``, the local model on clauses; ``lm+text``, and
+        the trained text model on questions."""
+        if kind == "lm":
+            return cls()
+        return cls(question_more_p=TEXT_QUESTION_MORE_P)
+
+    def scores(self, c: Cue | None) -> bool:
+        """Whether a partial with this cue is worth an end-of-turn score."""
+        return c == "clause" or (c == "question" and self.question_more_p is not None)
 
     def fused_wait_ms(self, text: TextClass, voice: Voice | None) -> float:
         """Silence needed with the audio model; ``voice`` ``None``: no score yet for this
@@ -305,11 +340,19 @@ class TurnRules:
 
     def wait_ms(self, c: Cue | None, p_end: float | None = None) -> float:
         """Silence that ends a turn by the words alone (the default, no audio model)."""
+        return self.wait_rule(c, p_end)[0]
+
+    def wait_rule(self, c: Cue | None, p_end: float | None = None) -> tuple[float, str]:
+        """:meth:`wait_ms` and the name of the rule that set it."""
         if c == "question":
-            return self.question_ms
+            more = self.question_more_p
+            if more is not None and p_end is not None and p_end < more:
+                return self.question_more_ms, "question_more"
+            return self.question_ms, "question"
         if c == "clause":
-            return self.clause_wait_ms(p_end)
-        return self.timeout_ms
+            wait = self.clause_wait_ms(p_end)
+            return wait, "complete" if wait < self.clause_ms else "clause"
+        return self.timeout_ms, "timeout"
 
 
 class TurnStage(Stage):
@@ -431,7 +474,7 @@ class TurnStage(Stage):
         return t if t.until >= self.quiet_since - self.rules.cover_s else None
 
     def _score(self, frame: TranscriptFrame) -> None:
-        if self.eot is None or cue(frame.text) != "clause":
+        if self.eot is None or not self.rules.scores(cue(frame.text)):
             return
         busy = self._scoring is not None and not self._scoring.done()
         if busy and self._scoring_text == frame.text:
@@ -448,6 +491,7 @@ class TurnStage(Stage):
         p = await self.eot.p_end(frame.text, frame.lang)
         if p is not None:
             self.p_end = (frame.turn, frame.text, p)
+            await self._check()  # a question waiting for its score (see ``_check``)
 
     def _keep(self, frame: AudioFrame) -> None:
         self._audio.append((frame.t, frame.pcm))
@@ -513,10 +557,19 @@ class TurnStage(Stage):
                 p_audio = self.p_audio[2] if voice is not None and self.p_audio else None
                 await self._end(f"{tc}/{voice or 'unheard'}", p, p_audio)
             return
-        wait = self.rules.wait_ms(c, p)
+        if c == "question" and p is None and self.rules.question_more_p is not None:
+            assert covering is not None
+            if self._scoring_text == covering.text and not self._scoring_done():
+                # the partial often comes after the question's 160 ms have passed: ending
+                # before its score (one loop turn for the text model) would never let the
+                # score hold a question that goes on
+                return
+        wait, rule = self.rules.wait_rule(c, p)
         if silence_ms >= wait:
-            finished = c == "clause" and wait < self.rules.clause_ms
-            await self._end("complete" if finished else c or "timeout", p)
+            await self._end(rule, p)
+
+    def _scoring_done(self) -> bool:
+        return self._scoring is None or self._scoring.done()
 
     async def _pause(self, silence_ms: float, covering: TranscriptFrame | None) -> None:
         """A short pause with words that cover it: the agent may prepare (once per words)."""
