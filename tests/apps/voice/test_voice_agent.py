@@ -204,5 +204,7 @@ async def test_the_emulated_cloud_does_not_queue_on_the_local_model(models: Voic
     assert isinstance(local, LLMTier)
     # a background answer on the cloud's worker leaves the local worker free for scores
     assert cloud.inner.backend is not local.backend
-    assert models.lm_eot is not None and models.lm_eot.scorer is local.backend
+    assert models.lm_eot is not None
+    scorer: object = models.lm_eot.scorer  # a Scorer (protocol), which the backend is
+    assert scorer is local.backend
     assert isinstance(models.eot, ByCue)  # the text model on questions, by default
