@@ -73,5 +73,8 @@ async def test_page_hears_the_microphone_and_plays_the_agent(
     finally:
         server.should_exit = True
         await serving
-    assert "多少" in log or "余额" in log  # the caller's words came through the microphone
+    # the caller's words came through the microphone ("请问我的话费余额还有多少"): any of its
+    # content words, since on a starved machine Chromium's fake capture can stall mid-line
+    # and the turn then ends at "请问我的话费…" (seen twice under a load of 8-9)
+    assert any(word in log for word in ("话费", "余额", "多少"))
     assert "ack: " in log  # and the agent answered
