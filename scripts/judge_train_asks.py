@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import pickle
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -220,14 +220,9 @@ def causes(g: Gathered) -> None:
             )
 
 
-def structure(g: Gathered) -> None:
+def _structure_reader() -> Callable[[str], list[float]]:
+    """The two structural signals of a text (see ``structure``)."""
     import re
-
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import roc_auc_score
-    from sklearn.model_selection import GroupKFold, cross_val_predict
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
 
     from rtgate.domains.loader import load_classifier
     from rtgate.tiers.complexity import _EN_JOIN, _ZH_JOIN, clauses
@@ -255,6 +250,18 @@ def structure(g: Gathered) -> None:
                 second += intent not in ("complex", whole) and p >= 0.7
         return [float(np.log1p(len(other))), float(np.log1p(second))]
 
+    return signals
+
+
+def structure(g: Gathered) -> None:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.model_selection import GroupKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    signals = _structure_reader()
+
     x, s, y, groups, langs = [], [], [], [], []
     base = 0
     for name in FIT:
@@ -268,10 +275,17 @@ def structure(g: Gathered) -> None:
             langs.append(r.lang)
         base += len(asks)
     xa, sa, ya, la = np.asarray(x), np.asarray(s), np.asarray(y), np.asarray(langs)
-    for name, m in (("inputs", xa), ("inputs + structure", np.hstack([xa, sa]))):
-        model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000))
-        p = cross_val_predict(model, m, ya, groups=groups, cv=GroupKFold(5),
-                              method="predict_proba")[:, 1]  # fmt: skip
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    for name, m, model in (
+        ("inputs", xa, LogisticRegression(max_iter=5000)),
+        ("inputs + structure", np.hstack([xa, sa]), LogisticRegression(max_iter=5000)),
+        ("inputs, boosted trees", xa, HistGradientBoostingClassifier(max_iter=200, random_state=0)),
+        ("inputs + structure, boosted trees", np.hstack([xa, sa]),
+         HistGradientBoostingClassifier(max_iter=200, random_state=0)),
+    ):  # fmt: skip
+        p = cross_val_predict(make_pipeline(StandardScaler(), model), m, ya, groups=groups,
+                              cv=GroupKFold(5), method="predict_proba")[:, 1]  # fmt: skip
         for lang in ("zh", "en"):
             k = la == lang
             bar = np.quantile(p[k & (ya == 0)], 0.95)  # delegates 95% of the multi-part asks
@@ -289,6 +303,73 @@ def structure(g: Gathered) -> None:
             )
 
 
+def trees(g: Gathered) -> None:
+    """A boosted-trees judge over the judge's inputs and the structural signals, fitted on
+    the prefixes of tune + train2 + train3 (labelled as for the judge), its two thresholds
+    (typed, pause) chosen on out-of-fold predictions over the three sets, replayed with
+    the shipped semantic veto on validation."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    signals = _structure_reader()
+    seen: dict[str, list[float]] = {}
+
+    def inputs(r: Row) -> list[float]:
+        if r.prefix not in seen:
+            seen[r.prefix] = signals(r.prefix)
+        return [*(r.x or [])[:N_IN], *seen[r.prefix]]
+
+    asks, rows = _pooled(g, FIT)
+    lab = [i for i, r in enumerate(rows) if r.x is not None and r.label is not None]
+    answered = [i for i, r in enumerate(rows) if r.x is not None]
+    xs = {i: inputs(rows[i]) for i in answered}
+
+    def model(idx: Sequence[int]) -> HistGradientBoostingClassifier:
+        m = HistGradientBoostingClassifier(max_iter=200, random_state=0)
+        return m.fit([xs[i] for i in idx], [rows[i].label or 0 for i in idx])
+
+    oof: dict[int, float] = {}
+    for fold in range(5):
+        fitted = model([i for i in lab if rows[i].ask % 5 != fold])
+        held = [i for i in answered if rows[i].ask % 5 == fold]
+        oof.update(zip(held, fitted.predict_proba([xs[i] for i in held])[:, 1], strict=True))
+    from rtgate.apps.autocomplete.abstention import _by_ask
+
+    anyway, typed, paused, _, _ = _by_ask(rows, len(asks), oof)
+    simple = np.asarray([a.kind == "simple" for a in asks])
+    keep = simple & ~anyway
+    final = model(lab)
+    scope = load_semantic_scope()
+    assert scope is not None
+    for min_fast in (0.96, 0.9):
+        best = None
+        for t, tp in itertools.product(np.arange(0, 95) / 100, np.arange(0, 95) / 100):
+            went = anyway | (typed < t) | (paused < tp)
+            fast = float((~went[keep]).mean())
+            if fast >= min_fast:
+                key = (float(went[~simple].mean()), fast)
+                if best is None or key > best[0]:
+                    best = (key, float(t), float(tp))
+        assert best is not None
+        (done, fast), t, tp = best
+        print(f"boosted trees, keepable simple >= {min_fast}: t {t:.2f} pause {tp:.2f}; on the "
+              f"fitting asks out of fold {done:.3f} / {fast:.3f}")  # fmt: skip
+        for n in VALIDATION:
+            v_asks, v_rows = g[n]
+            idx = [k for k, r in enumerate(v_rows) if r.x is not None]
+            ps = dict(zip(idx, final.predict_proba([inputs(v_rows[k]) for k in idx])[:, 1],
+                          strict=True))  # fmt: skip
+            went = np.zeros(len(v_asks), dtype=bool)
+            for k, r in enumerate(v_rows):
+                went[r.ask] |= r.delegated_anyway
+                if k not in ps:
+                    continue
+                if ps[k] < (tp if r.pause else t):
+                    went[r.ask] = True
+                elif r.semantic is not None and scope.vetoes(r.semantic, pause=r.pause):
+                    went[r.ask] |= not ps[k] >= max(0.99 if r.pause else 0.0, r.semantic)
+            print(f"    {n:6s} {shares(went, v_asks)}")
+
+
 def main() -> None:
     what, path = sys.argv[1], sys.argv[2]
     if what == "gather":
@@ -299,9 +380,9 @@ def main() -> None:
         return
     with open(path, "rb") as f:
         g = pickle.load(f)
-    if what in ("points", "structure"):
+    if what in ("points", "structure", "trees"):
         reread(g)
-        (points if what == "points" else structure)(g)
+        {"points": points, "structure": structure, "trees": trees}[what](g)
         return
     if what == "causes":
         causes(g)
