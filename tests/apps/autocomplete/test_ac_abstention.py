@@ -134,6 +134,19 @@ def test_fitting_a_judge_on_a_few_asks(tmp_path: Path) -> None:
     assert generic.ranker is None and g["n_asks"] == 12 and 0.0 <= generic.threshold <= 1.0
 
 
+def test_a_judge_may_be_fitted_on_several_ask_files(tmp_path: Path) -> None:
+    first = _asks_file(tmp_path)
+    (tmp_path / "more").mkdir()
+    second = _asks_file(tmp_path / "more").rename(tmp_path / "more.jsonl")
+    judge, report = fit([first, second], pick_on=[first.name])
+    assert report["asks"] == ["asks.jsonl", "more.jsonl"] and report["n_asks"] == 24
+    assert report["picked_on"] == ["asks.jsonl"] and set(report["out_of_fold"]["per_set"]) == {
+        "asks.jsonl",
+        "more.jsonl",
+    }
+    assert judge.meta["fitted_on"] == ["asks.jsonl", "more.jsonl"] and judge.scope is not None
+
+
 def test_an_unknown_ask_set_is_a_clear_error() -> None:
     from typer.testing import CliRunner
 
