@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rtgate.apps.autocomplete.abstention import (
     CAUSES,
@@ -17,11 +18,13 @@ from rtgate.apps.autocomplete.abstention import (
     evaluate,
     fit,
     fit_generic,
+    fit_rows,
     fit_single,
     pick_threshold,
     pick_thresholds,
     prefixes_of,
     replay,
+    reread_scope,
 )
 from rtgate.apps.autocomplete.engine import EngineConfig
 from rtgate.apps.autocomplete.sessions import lexicon
@@ -129,6 +132,19 @@ def test_fitting_a_judge_on_a_few_asks(tmp_path: Path) -> None:
     assert again.scope_bars == judge.scope_bars
     generic, g = fit_generic(_asks_file(tmp_path))
     assert generic.ranker is None and g["n_asks"] == 12 and 0.0 <= generic.threshold <= 1.0
+
+
+def test_a_judge_may_be_fitted_on_several_ask_files(tmp_path: Path) -> None:
+    first = _asks_file(tmp_path)
+    (tmp_path / "more").mkdir()
+    second = _asks_file(tmp_path / "more").rename(tmp_path / "more.jsonl")
+    judge, report = fit([first, second], pick_on=[first.name])
+    assert report["asks"] == ["asks.jsonl", "more.jsonl"] and report["n_asks"] == 24
+    assert report["picked_on"] == ["asks.jsonl"] and set(report["out_of_fold"]["per_set"]) == {
+        "asks.jsonl",
+        "more.jsonl",
+    }
+    assert judge.meta["fitted_on"] == ["asks.jsonl", "more.jsonl"] and judge.scope is not None
 
 
 def test_an_unknown_ask_set_is_a_clear_error() -> None:
@@ -261,3 +277,98 @@ def test_the_thresholds_may_be_chosen_on_some_of_the_fitting_sets() -> None:
     assert mine["out_of_fold"]["per_set"]["clean"]["simple_fast"] == 1.0
     assert (mine["out_of_fold"]["per_set"]["clean"]["complex_delegated"]
             > both["out_of_fold"]["per_set"]["clean"]["complex_delegated"])  # fmt: skip
+
+
+class _Scope:
+    """A scope reader that reads every text the same: what :func:`reread_scope` puts in."""
+
+    classes: tuple[str, ...] = ("simple", "multi", "ood")
+    blocking = False
+
+    def rank(self, text: str) -> list[tuple[str, float]]:
+        return [("simple", 0.7), ("multi", 0.2), ("ood", 0.1)]
+
+
+def test_a_training_set_is_read_by_a_scope_classifier_that_did_not_learn_it() -> None:
+    from rtgate.tiers.answerability import SCOPE_LOGITS, feature_names
+
+    n_in = len(feature_names())
+    plain = Row(0, "my card", "simple", "en", [0.5] * n_in, 1, False)
+    logits = Row(0, "my card", "simple", "en", [0.5] * (n_in + len(SCOPE_LOGITS)), 1, False)
+    none = Row(0, "my card", "simple", "en", None, None, True)
+    reread_scope([plain, logits, none], _Scope())
+    assert plain.x is not None and plain.x[3:5] == [0.2, 0.1] and plain.x[5] == 0.5
+    assert logits.x is not None and logits.x[3:5] == [0.2, 0.1]
+    assert logits.x[n_in:] == pytest.approx([math.log(0.2 / 0.8), math.log(0.1 / 0.9)])
+    assert none.x is None
+
+
+def test_a_scope_classifier_may_leave_a_training_set_out() -> None:
+    from rtgate.domains.loader import DATA_DIR, SCOPE_TRAIN_ASKS, load_asks, scope_examples
+
+    left = SCOPE_TRAIN_ASKS[-1]
+    one = load_asks(DATA_DIR / left)[1].text
+    every = {e.text for e in scope_examples()}
+    without = {e.text for e in scope_examples(leave_out=(left,))}
+    assert one in every and one not in without and without < every
+
+
+def _set(rng: np.random.Generator, noise: float, n: int = 40) -> tuple[list[Ask], list[Row]]:
+    """Asks whose first scope reading (multi) tells their kind, as sure as ``noise`` lets."""
+    from rtgate.tiers.answerability import feature_names
+
+    asks: list[Ask] = []
+    rows: list[Row] = []
+    for k in range(n):
+        kind = "simple" if k % 2 == 0 else "multi"
+        asks.append(Ask(f"ask {k}", "en", kind, "bill_query" if kind == "simple" else None))  # type: ignore[arg-type]
+        for j in range(2):
+            x = list(rng.normal(size=len(feature_names())))
+            x[3] = min(0.98, max(0.0, (0.1 if kind == "simple" else 0.9) + rng.normal(0, noise)))
+            rows.append(Row(k, f"ask {k} {j}", kind, "en", x, int(kind == "simple"), False, j == 1))
+    return asks, rows
+
+
+def test_a_judge_is_fitted_on_several_sets_and_chosen_on_some() -> None:
+    rng = np.random.default_rng(3)
+    sets = {"clean.jsonl": _set(rng, 0.05), "noisy.jsonl": _set(rng, 0.6)}
+    judge, both = fit_rows(sets, min_fast=1.0)
+    assert both["asks"] == ["clean.jsonl", "noisy.jsonl"] and both["n_asks"] == 80
+    assert both["n_labelled"] == 160 and set(both["out_of_fold"]["per_set"]) == set(sets)
+    assert judge.meta["fitted_on"] == ["clean.jsonl", "noisy.jsonl"] and judge.ranker is None
+    assert judge.probability([0.0, 0.0, 0.0, 0.1, *[0.0] * 15]) > judge.probability(
+        [0.0, 0.0, 0.0, 0.9, *[0.0] * 15]
+    )  # a multi-part reading weighs against the fast answer
+    _, mine = fit_rows(sets, min_fast=1.0, pick_on=["clean.jsonl"])
+    assert mine["picked_on"] == ["clean.jsonl"]
+    clean = mine["out_of_fold"]["per_set"]["clean.jsonl"]
+    # chosen on the clean asks alone, every simple one stays fast and more complex ones go
+    assert clean["simple_fast"] == 1.0
+    assert (
+        clean["complex_delegated"]
+        >= both["out_of_fold"]["per_set"]["clean.jsonl"]["complex_delegated"]
+    )
+
+
+def test_the_picked_shares_are_those_of_the_rows_rule() -> None:
+    from rtgate.apps.autocomplete.abstention import _per_ask, _shares, pick_pause_threshold
+
+    rng = np.random.default_rng(5)
+    asks = [Ask(f"ask {k}", "en", "simple" if k % 3 else "multi",
+                "bill_query" if k % 3 else None) for k in range(30)]  # fmt: skip
+    rows: list[Row] = []
+    p: dict[int, float] = {}
+    for k in range(30):
+        for j in range(int(rng.integers(0, 4))):  # some asks have no row at all
+            answered = rng.random() > 0.2
+            x = [0.0, 0.0, 0.0, float(rng.random()), float(rng.random())] if answered else None
+            if answered:
+                p[len(rows)] = float(rng.random()) * (0.6 if k % 3 == 0 else 1.0)
+            rows.append(Row(k, f"{k} {j}", asks[k].kind, "en", x, None,
+                            not answered and rng.random() > 0.5, j == 2))  # fmt: skip
+    for min_fast in (0.5, 0.8, 1.0):
+        t, shares, bars = pick_threshold(rows, asks, p, min_fast=min_fast,
+                                         bar_grid=(0.7, 0.9, math.inf))  # fmt: skip
+        assert shares == _shares(asks, _per_ask(rows, p, t, bars))
+        tp, paused = pick_pause_threshold(rows, asks, p, t, bars, min_fast=min_fast)
+        assert tp >= t and paused == _shares(asks, _per_ask(rows, p, t, bars, tp))

@@ -56,6 +56,7 @@ from rtgate.core.errors import InvalidRequest
 from rtgate.core.request import Request
 from rtgate.domains.loader import (
     DATA_DIR,
+    SCOPE_TRAIN_ASKS,
     Ask,
     familiarity,
     load_asks,
@@ -63,6 +64,7 @@ from rtgate.domains.loader import (
     load_corpus,
     load_scope,
     semantic_scope_examples,
+    train_scope,
     vocabulary,
 )
 from rtgate.tiers.answerability import (
@@ -74,7 +76,7 @@ from rtgate.tiers.answerability import (
     fit_judge,
     reliability,
 )
-from rtgate.tiers.classifier import IntentClassifier
+from rtgate.tiers.classifier import IntentClassifier, IntentRanker
 from rtgate.tiers.semantic_scope import Neighbours, SemanticScope
 from rtgate.tiers.textnorm import normalize
 
@@ -90,6 +92,7 @@ __all__ = [
     "fit",
     "fit_generic",
     "fit_neighbours",
+    "fit_rows",
     "fit_single",
     "gather",
     "pick_pause_threshold",
@@ -97,6 +100,7 @@ __all__ = [
     "pick_thresholds",
     "prefixes_of",
     "replay",
+    "reread_scope",
     "run_sets",
 ]
 
@@ -233,6 +237,26 @@ async def collect(
     return rows
 
 
+def reread_scope(rows: Sequence[Row], scope: IntentRanker) -> None:
+    """Put ``scope``'s reading of each answered row's prefix in place of its inputs' scope
+    readings (``p_multi``, ``p_ood``, and :data:`SCOPE_LOGITS` when the row has them): the
+    rows of a training ask set, read by a scope classifier that did not learn it."""
+    n_in = len(feature_names())
+    for r in rows:
+        if r.x is None:
+            continue
+        kinds = dict(scope.rank(r.prefix)) if r.prefix.strip() else {}
+        multi, ood = kinds.get("multi", 0.0), kinds.get("ood", 0.0)
+        r.x[3], r.x[4] = multi, ood
+        if len(r.x) == n_in + len(SCOPE_LOGITS):
+            r.x[n_in], r.x[n_in + 1] = _logit(multi), _logit(ood)
+
+
+def _logit(p: float) -> float:
+    p = min(1.0 - 1e-4, max(1e-4, p))
+    return math.log(p / (1.0 - p))
+
+
 def _per_ask(
     rows: Sequence[Row],
     p: dict[int, float],
@@ -267,6 +291,35 @@ def _shares(
     }
 
 
+def _by_ask(
+    rows: Sequence[Row], n_asks: int, p: Mapping[int, float]
+) -> tuple[np.ndarray[Any, Any], ...]:
+    """Per ask: delegated whatever the judge said, the lowest ``p`` of its typed and of its
+    paused rows (1.0 when none), and its highest multi and ood readings (0.0): what
+    :func:`_per_ask` reads, so that a threshold's shares are a few array operations."""
+    anyway = np.zeros(n_asks, dtype=bool)
+    typed_low, pause_low = np.ones(n_asks), np.ones(n_asks)
+    multi, ood = np.zeros(n_asks), np.zeros(n_asks)
+    for i, r in enumerate(rows):
+        anyway[r.ask] |= r.delegated_anyway
+        if i not in p or r.x is None:
+            continue
+        low = pause_low if r.pause else typed_low
+        low[r.ask] = min(low[r.ask], p[i])
+        multi[r.ask], ood[r.ask] = max(multi[r.ask], r.x[3]), max(ood[r.ask], r.x[4])
+    return anyway, typed_low, pause_low, multi, ood
+
+
+def _fast_shares(asks: Sequence[Ask], went: np.ndarray[Any, Any]) -> dict[str, float]:
+    """:func:`_shares` of a per-ask array."""
+    simple = np.asarray([a.kind == "simple" for a in asks], dtype=bool)
+    n_simple, n_hard = int(simple.sum()), int((~simple).sum())
+    return {
+        "complex_delegated": int(went[~simple].sum()) / max(1, n_hard),
+        "simple_fast": int((~went[simple]).sum()) / max(1, n_simple),
+    }
+
+
 def pick_threshold(
     rows: Sequence[Row],
     asks: Sequence[Ask],
@@ -279,11 +332,14 @@ def pick_threshold(
     most complex asks with ``min_fast`` of the simple ones kept on the fast path, and
     their shares. On a tie: more simple asks kept fast, then the higher bars (fewer
     vetoes), then the lower threshold."""
+    anyway, typed_low, pause_low, multi, ood = _by_ask(rows, len(asks), p)
+    low = np.minimum(typed_low, pause_low)
     best: tuple[tuple[float, ...], float, dict[str, float], Bars] | None = None
     for k in range(1, 90):
         t = k / 100.0
+        below = anyway | (low < t)
         for bars in itertools.product(bar_grid, bar_grid):
-            shares = _shares(asks, _per_ask(rows, p, t, bars))
+            shares = _fast_shares(asks, below | (multi >= bars[0]) | (ood >= bars[1]))
             if shares["simple_fast"] < min_fast:
                 continue
             key = (shares["complex_delegated"], shares["simple_fast"], *sorted(bars), -t)
@@ -308,10 +364,12 @@ def pick_pause_threshold(
     (from ``threshold`` up) delegating the most complex asks with ``min_fast`` of the
     simple ones kept fast; on a tie the lower. One reading an ask, where typing gives
     several: a simple ask risks less at the pause, so its bar may be higher."""
-    best = (_shares(asks, _per_ask(rows, p, threshold, bars)), threshold)
+    anyway, typed_low, pause_low, multi, ood = _by_ask(rows, len(asks), p)
+    base = anyway | (typed_low < threshold) | (multi >= bars[0]) | (ood >= bars[1])
+    best = (_fast_shares(asks, base | (pause_low < threshold)), threshold)
     for k in range(round(threshold * 100) + 1, 95):
         t = k / 100.0
-        shares = _shares(asks, _per_ask(rows, p, threshold, bars, t))
+        shares = _fast_shares(asks, base | (pause_low < t))
         if shares["simple_fast"] >= min_fast and (
             shares["complex_delegated"] > best[0]["complex_delegated"]
         ):
@@ -356,57 +414,125 @@ def _folds(rows: Sequence[Row], k: int = 5) -> dict[int, float]:
 
 
 def fit(
-    asks_path: Path = ASK_SETS["tune"],
+    asks_path: Path | Sequence[Path] = ASK_SETS["tune"],
     *,
     seed: int = 0,
     local: Mapping[str, Any] | None = None,
+    pick_on: Sequence[str] | None = None,
+    min_fast: float = 0.96,
 ) -> tuple[CalibratedJudge, dict[str, Any]]:
-    """A judge fitted on ``asks_path`` (through a judge-less engine whose local tier is
-    built with ``local``, kept in the judge's meta), its threshold, and a report of its
-    out-of-fold calibration and shares on those asks."""
+    """A judge fitted on the asks of ``asks_path`` (one file or several, pooled; through a
+    judge-less engine whose local tier is built with ``local``, kept in the judge's meta),
+    its thresholds and scope bars, and a report of its out-of-fold calibration and shares.
+
+    A file of :data:`~rtgate.domains.loader.SCOPE_TRAIN_ASKS` was learned by the shipped
+    scope classifier: its rows are read by one that did not learn it
+    (:func:`reread_scope`), so that the judge weighs scope readings as sure as they are
+    on asks it has not seen. ``pick_on``: the file names whose asks choose the thresholds
+    and bars (all by default)."""
     import asyncio
 
-    asks = load_asks(asks_path)
+    paths = [asks_path] if isinstance(asks_path, Path) else list(asks_path)
     zeros = [0.0] * len(feature_names())
     clf = load_classifier("ngram")
     assert isinstance(clf, IntentClassifier)
     probe = CalibratedJudge(zeros, 0.0, 0.5, clf, vocabulary(), familiarity(clf), load_scope())
 
-    async def gather() -> list[Row]:
+    async def rows_of(asks: Sequence[Ask]) -> list[Row]:
         cfg = EngineConfig(judge=False, semantic=False, seed=seed, local=dict(local or {}))
         async with AutocompleteEngine.build(cfg) as engine:
             return await collect(engine, probe, asks, seed=seed)
 
-    rows = asyncio.run(gather())
+    gathered: dict[str, tuple[list[Ask], list[Row]]] = {}
+    for path in paths:
+        asks = load_asks(path)
+        rows = asyncio.run(rows_of(asks))
+        if path.name in SCOPE_TRAIN_ASKS:
+            reread_scope(rows, train_scope(leave_out=(path.name,)))
+        gathered[path.name] = (asks, rows)
+    judge, report = fit_rows(gathered, pick_on=pick_on, min_fast=min_fast)
+    judge.ranker, judge.vocabulary = probe.ranker, probe.vocabulary
+    judge.familiarity, judge.scope = probe.familiarity, probe.scope
+    judge.meta["seed"] = seed
+    if local:
+        judge.meta["local"] = dict(local)
+    return judge, report
+
+
+def fit_rows(
+    gathered: Mapping[str, tuple[Sequence[Ask], Sequence[Row]]],
+    *,
+    pick_on: Sequence[str] | None = None,
+    min_fast: float = 0.96,
+) -> tuple[CalibratedJudge, dict[str, Any]]:
+    """The format-1 judge on the rows of every set of ``gathered`` (by file name: asks and
+    their rows, as :func:`collect` gives them), pooled: weights on every labelled row,
+    threshold, scope bars and pause threshold chosen on out-of-fold predictions (5 folds
+    by ask) over the asks of ``pick_on`` (all sets by default). The judge it returns has
+    no readers (ranker, scope …): :func:`fit` gives it the domain's."""
+    asks: list[Ask] = []
+    rows: list[Row] = []
+    of: list[str] = []
+    for name, (set_asks, set_rows) in gathered.items():
+        base = len(asks)
+        asks += set_asks
+        of += [name] * len(set_asks)
+        rows += [Row(base + w.ask, w.prefix, w.kind, w.lang, w.x, w.label, w.delegated_anyway,
+                     w.pause, w.semantic) for w in set_rows]  # fmt: skip
     oof = _folds(rows)
-    threshold, shares, bars = pick_threshold(rows, asks, oof, bar_grid=BAR_GRID)
-    pause_threshold, shares = pick_pause_threshold(rows, asks, oof, threshold, bars)
+    picks = set(gathered) if pick_on is None else set(pick_on)
+    sub_asks, sub_rows, sub_p = _part(asks, rows, oof, [n in picks for n in of])
+    threshold, shares, bars = pick_threshold(sub_rows, sub_asks, sub_p, min_fast=min_fast,
+                                             bar_grid=BAR_GRID)  # fmt: skip
+    pause_threshold, shares = pick_pause_threshold(sub_rows, sub_asks, sub_p, threshold, bars,
+                                                   min_fast=min_fast)  # fmt: skip
     scope_bars = {k: v for k, v in zip(("multi", "ood"), bars, strict=True) if v != _OFF}
     labelled = [i for i in oof if rows[i].label is not None]
     coef, b = fit_judge([rows[i].x or [] for i in labelled], [rows[i].label or 0 for i in labelled])
     probs = [oof[i] for i in labelled]
     ys = [rows[i].label or 0 for i in labelled]
+    went = _per_ask(rows, oof, threshold, bars, pause_threshold)
+    per_set = {name: {k: round(v, 4) for k, v in _shares(
+        asks, went, [k for k, n in enumerate(of) if n == name]).items()} for name in gathered
+    }  # fmt: skip
+    names = list(gathered)
     report = {
-        "asks": str(asks_path.name),
+        "asks": names[0] if len(names) == 1 else names,
         "n_asks": len(asks),
         "n_rows": len(rows),
         "n_labelled": len(labelled),
         "threshold": threshold,
         "pause_threshold": pause_threshold,
         "scope_bars": scope_bars,
+        "picked_on": sorted(picks),
+        "min_fast": min_fast,
         "out_of_fold": {
             **{k: round(v, 4) for k, v in shares.items()},
+            "per_set": per_set,
             "ece": round(expected_calibration_error(probs, ys), 4),
             "reliability": reliability(probs, ys),
         },
     }
-    meta = {"fitted_on": asks_path.name, "seed": seed, **report}
-    if local:
-        meta["local"] = dict(local)
-    judge = CalibratedJudge(coef, b, threshold, probe.ranker, probe.vocabulary,
-                            probe.familiarity, probe.scope, meta, scope_bars,
-                            pause_threshold)  # fmt: skip
+    meta = {"fitted_on": report["asks"], **report}
+    judge = CalibratedJudge(coef, b, threshold, meta=meta, scope_bars=scope_bars,
+                            pause_threshold=pause_threshold)  # fmt: skip
     return judge, report
+
+
+def _part(
+    asks: Sequence[Ask], rows: Sequence[Row], p: Mapping[int, float], keep: Sequence[bool]
+) -> tuple[list[Ask], list[Row], dict[int, float]]:
+    """The asks ``keep`` marks, their rows and the rows' probabilities, numbered anew."""
+    number = {k: j for j, k in enumerate(k for k, kept in enumerate(keep) if kept)}
+    out_rows: list[Row] = []
+    out_p: dict[int, float] = {}
+    for i, r in enumerate(rows):
+        if r.ask in number:
+            if i in p:
+                out_p[len(out_rows)] = p[i]
+            out_rows.append(Row(number[r.ask], r.prefix, r.kind, r.lang, r.x, r.label,
+                                r.delegated_anyway, r.pause, r.semantic))  # fmt: skip
+    return [asks[k] for k in number], out_rows, out_p
 
 
 async def evaluate(

@@ -124,11 +124,21 @@ def judge_cmd(
         ),
     ] = None,
     min_fast: Annotated[
-        float, typer.Option(help="with --single: share of simple asks kept fast, out of fold")
+        float, typer.Option(help="share of simple asks the thresholds keep fast, out of fold")
     ] = 0.96,
     pick_on: Annotated[
         str | None,
-        typer.Option(help="with --single: the sets whose asks choose the thresholds (all)"),
+        typer.Option(
+            help="with --single or --train: the sets whose asks choose the thresholds (all)"
+        ),
+    ] = None,
+    train: Annotated[
+        str | None,
+        typer.Option(
+            help="also fit the format-1 judge on these ask sets (comma-separated, e.g. "
+            "train2,train3), pooled with ASKS; a set the scope classifier learned is read by "
+            "one that did not learn it"
+        ),
     ] = None,
     local_declines: Annotated[
         bool,
@@ -139,11 +149,11 @@ def judge_cmd(
         ),
     ] = True,
 ) -> None:
-    """Fit the judge on ASKS through the autocomplete engine and write it to OUT; with
-    ``--generic``, the domain-free judge of the text's own signals too; with ``--single``,
-    the format-2 judge on several ask sets (the semantic check read on every prefix:
-    minutes of embedding)."""
-    from rtgate.apps.autocomplete.abstention import fit, fit_generic
+    """Fit the judge on ASKS (and ``--train``'s sets) through the autocomplete engine and
+    write it to OUT; with ``--generic``, the domain-free judge of the text's own signals
+    too; with ``--single``, the format-2 judge on several ask sets (the semantic check read
+    on every prefix: minutes of embedding)."""
+    from rtgate.apps.autocomplete.abstention import ask_set, fit, fit_generic
     from rtgate.domains.loader import GENERIC_JUDGE, scope_path, train_scope
 
     scope = train_scope()  # the scope classifier the judge reads asks with, shipped beside it
@@ -165,12 +175,16 @@ def judge_cmd(
             f"asks: complex followed up {g['complex_followed_up']:.1%}, simple kept fast "
             f"{g['simple_fast']:.1%}, ECE {g['ece']:.3f}"
         )
-    judge, report = fit(asks, local=None if local_declines else {"complex_p": None})
+    paths = [asks, *(ask_set(n.strip()) for n in (train or "").split(",") if n.strip())]
+    picks = None if pick_on is None else [ask_set(n.strip()).name for n in pick_on.split(",")]
+    judge, report = fit(paths, local=None if local_declines else {"complex_p": None},
+                        pick_on=picks, min_fast=min_fast)  # fmt: skip
     report["generic"] = gen
     judge.save(out)
     oof = report["out_of_fold"]
     typer.echo(
-        f"wrote {out}: threshold {report['threshold']:.2f}; out of fold on {report['asks']}: "
+        f"wrote {out}: threshold {report['threshold']:.2f}, pause {report['pause_threshold']:.2f}"
+        f", bars {report['scope_bars'] or 'none'}; out of fold on {report['asks']}: "
         f"complex asks delegated {oof['complex_delegated']:.1%}, simple kept fast "
         f"{oof['simple_fast']:.1%}, ECE {oof['ece']:.3f} ({report['n_labelled']} prefixes)"
     )
