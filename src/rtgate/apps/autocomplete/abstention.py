@@ -118,6 +118,7 @@ ASK_SETS = {
     "eval5": DATA_DIR / "asks-eval5.jsonl",  # held out, written blind (session 10)
     "eval6": DATA_DIR / "asks-eval6.jsonl",  # held out, written blind (session 11)
     "eval7": DATA_DIR / "asks-eval7.jsonl",  # held out, written blind (session 12)
+    "eval8": DATA_DIR / "asks-eval8.jsonl",  # held out, written blind (session 13)
 }
 FAST = ("template", "cache", "local")
 Bars = tuple[float, float]
