@@ -153,7 +153,9 @@ def test_provenance_is_stored_and_reported(
         "sources": [str(enrol), str(tmp_path / "more48k.wav")],
         "rhythm_max": doc["model"]["rhythm"]["max"],
         "detector_logit_max": doc["model"]["detector_logit"]["max"],
+        "slow_range": True,  # format /5: enroll measures the slow range by default
     }
+    assert doc["format"] == "rtgate-guard-enrolment/5"
 
 
 def test_minutes_caps_the_audio_used(odd_recording: tuple[Path, Path], tmp_path: Path) -> None:

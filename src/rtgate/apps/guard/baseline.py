@@ -43,14 +43,15 @@ window over its bar is a hit for the rules (``last_novel``, beside the novelty c
 the station stops when ``k`` of the last ``n`` windows are hits of the detector or of its
 own model.
 
-The slow range (``enroll --slow-range``, format /5; the rules' ``slow`` clause, off by
-default; Session 13): per feature, the highest the slow average of ``z`` (``SLOW_ALPHA``,
-about 20 windows) reached on the healthy recording (``slow_scale``, at least
-``SLOW_FLOOR``). With the clause, per window and station: ``ms += SLOW_ALPHA (z - ms)``, the
-statistic ``max(ms / slow_scale)`` over the high log-mel bands (``SLOW_HIGH``, 5.7-7.5 kHz,
-where a bearing's impacts ring whatever the machine), and a hit when it reaches the rule's
-bar while no low band (``SLOW_LOW``) is over ``SLOW_VETO`` times its own range (a forklift
-passing, a change of speed: the whole spectrum moves). It only adds hits.
+The slow range (``enroll`` measures it unless ``--no-slow-range``, format /5; the rules'
+``slow`` clause, on by default at ``SLOW_BAR``; Session 13): per feature, the highest the
+slow average of ``z`` (``SLOW_ALPHA``, about 20 windows) reached on the healthy recording
+(``slow_scale``, at least ``SLOW_FLOOR``). With the clause, per window and station:
+``ms += SLOW_ALPHA (z - ms)``, the statistic ``max(ms / slow_scale)`` over the high log-mel
+bands (``SLOW_HIGH``, centres 5.7-7.5 kHz, where a bearing's impacts ring whatever the
+machine), and a hit when it reaches the rule's bar while no low band (``SLOW_LOW``) is over
+``SLOW_VETO`` times its own range (a forklift passing, a change of speed: the whole
+spectrum moves). It only adds hits.
 
 Files (:class:`EnrolmentStore`): one JSON file per station in a directory: the numbers, the
 provenance of the recording and the detector they belong to. Format /3 added
