@@ -138,9 +138,8 @@ def test_a_format_5_file_round_trips_and_a_bad_one_is_refused(tmp_path: Path) ->
     refused({"slow": None}, "needs a slow range")
 
 
-def test_the_clause_is_on_by_default_and_a_stop_by_it_says_so() -> None:
-    assert Rule().slow == SLOW_BAR
-    assert Rules.parse({"slow": 0}).default.slow == 0.0  # a rules file turns it off
+def test_the_clause_is_off_by_default_and_a_stop_by_it_says_so() -> None:
+    assert Rule().slow == 0.0
     with pytest.raises(ConfigError, match="slow"):
         Rule(slow=0.5)
     rules = Rules.parse({"slow": SLOW_BAR})
@@ -216,7 +215,8 @@ def test_a_faint_fault_the_detector_does_not_hear_is_stopped_by_the_slow_clause(
     assert st.machine.family == "screw compressor" and st.fault == "ball"
     cut = 30 * RATE
     rec = listen([(Source("c", "file", RATE), iter([st.audio[:cut]]))], Detector(), 60.0)
-    fitted = fit("C", rec, accept_stops=True)  # the slow range is measured by default
+    assert fit("C", rec, accept_stops=True).enrolment.slow_scale is None  # by default: /3
+    fitted = fit("C", rec, accept_stops=True, slow=True)
     e = fitted.enrolment
     assert e.slow_scale is not None and e.general["stops"] > 0  # what enroll would refuse
     assert json.loads(e.to_json())["format"] == FORMAT_SLOW
@@ -231,8 +231,8 @@ def test_a_faint_fault_the_detector_does_not_hear_is_stopped_by_the_slow_clause(
                 return stops[0].message.window_end_ts, stops[0].message.rule
         return None
 
-    assert first_stop(Rules(Rule(slow=0.0))) is None  # the calibrated detector alone: missed
-    got = first_stop(Rules())  # the default rule has the slow clause
+    assert first_stop(Rules()) is None  # the calibrated detector alone (the default): missed
+    got = first_stop(Rules(Rule(slow=SLOW_BAR)))
     assert got is not None
     at, rule = got
     assert onset <= at <= onset + 1.0 and "slow>=" in rule

@@ -43,8 +43,8 @@ window over its bar is a hit for the rules (``last_novel``, beside the novelty c
 the station stops when ``k`` of the last ``n`` windows are hits of the detector or of its
 own model.
 
-The slow range (``enroll`` measures it unless ``--no-slow-range``, format /5; the rules'
-``slow`` clause, on by default at ``SLOW_BAR``; Session 13): per feature, the highest the
+The slow range (``enroll --slow-range``, format /5; the rules' ``slow`` clause, off by
+default, ``SLOW_BAR`` the bar chosen on validation; Session 13): per feature, the highest the
 slow average of ``z`` (``SLOW_ALPHA``, about 20 windows) reached on the healthy recording
 (``slow_scale``, at least ``SLOW_FLOOR``). With the clause, per window and station:
 ``ms += SLOW_ALPHA (z - ms)``, the statistic ``max(ms / slow_scale)`` over the high log-mel
@@ -135,7 +135,7 @@ RHYTHM_FLOOR = 3.5  # the rhythm clause never fires under this, however quiet th
 RHYTHM_MARGIN = 0.5  # the rules' rhythm margin chosen on validation (off by default)
 SLOW_ALPHA = 0.05  # the slow average of z: about 20 windows (0.4 s)
 SLOW_FLOOR = 0.5  # in units of sd: the least a feature's slow range is taken to be
-SLOW_BAR = 6.0  # the rules' slow bar chosen on validation (Session 13)
+SLOW_BAR = 6.0  # the rules' slow bar chosen on validation (Session 13; off by default)
 SLOW_HIGH = slice(35, 40)  # the log-mel bands it watches (centres 5.7-7.5 kHz): impacts ring
 SLOW_LOW = slice(0, 30)  # the bands that veto it (centres up to 3.8 kHz)
 SLOW_VETO = 1.5  # no slow hit while a low band's slow average is this far over its own

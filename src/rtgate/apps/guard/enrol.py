@@ -374,7 +374,7 @@ def fit(
     shift: float = SHIFT_MAX,
     extra: dict[str, Any] | None = None,
     station_model: bool = False,
-    slow: bool = True,
+    slow: bool = False,
 ) -> Fitted:
     """Measure ``station``'s normal on ``rec`` (see the module doc for what is refused:
     :class:`InvalidRequest`). ``detector``: the one that made the scores, for the

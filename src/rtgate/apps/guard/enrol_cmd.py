@@ -142,11 +142,11 @@ def enroll(
     slow_range: Annotated[
         bool,
         typer.Option(
-            "--slow-range/--no-slow-range",
-            help="measure the station's slow range (format /5) for the rules' slow clause "
-            "(on by default; --no-slow-range writes format /3 or /4, as before Session 13)",
+            "--slow-range",
+            help="also measure the station's slow range (format /5), for the rules' slow "
+            "clause (slow = 6 in a rules file; off by default)",
         ),
-    ] = True,
+    ] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the summary here")] = None,
 ) -> None:
     """Listen to a station running healthy and store its own normal for scan and run.

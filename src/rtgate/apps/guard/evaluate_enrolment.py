@@ -19,9 +19,9 @@ rules, all stations in one batch, as ``guard run`` does. Three ways:
 - ``enrolled_rhythm``: as ``enrolled``, with the rules' rhythm clause at
   ``baseline.RHYTHM_MARGIN`` (``rhythm.py``; off by default);
 - ``enrolled_novelty_N``: as ``enrolled``, with the rules' novelty clause at N;
-- ``enrolled_no_slow``, ``enrolled_accepting_stops_no_slow``: as ``enrolled`` and
-  ``enrolled_accepting_stops`` without the rules' slow clause (``Rule.slow``, on by default
-  since Session 13): the decision before it.
+- ``enrolled_slow``, ``enrolled_accepting_stops_slow``: as ``enrolled`` and
+  ``enrolled_accepting_stops``, with the rules' slow clause at ``baseline.SLOW_BAR``
+  (``Rule.slow``; off by default).
 
 Reported per way, overall and per family (shaft speed, housing resonance, extra noise):
 false stops (and on how many stations), misses (a false stop's cool-down may cost a fault),
@@ -43,7 +43,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
-from rtgate.apps.guard.baseline import RHYTHM_MARGIN, Baselines, Enrolment
+from rtgate.apps.guard.baseline import RHYTHM_MARGIN, SLOW_BAR, Baselines, Enrolment
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.enrol import Recording, Source, fit
 from rtgate.apps.guard.evaluate import roc_auc
@@ -377,8 +377,8 @@ def evaluate_enrolment(
         "enrolled": (accepted, Rules()),
         "enrolled_accepting_stops": (list(fitted), Rules()),
         "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
-        "enrolled_no_slow": (accepted, Rules(Rule(slow=0.0))),
-        "enrolled_accepting_stops_no_slow": (list(fitted), Rules(Rule(slow=0.0))),
+        "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR))),
+        "enrolled_accepting_stops_slow": (list(fitted), Rules(Rule(slow=SLOW_BAR))),
     }
     if novelty:
         ways[f"enrolled_novelty_{novelty:g}"] = (accepted, Rules(Rule(novelty=novelty)))
