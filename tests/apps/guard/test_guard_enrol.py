@@ -154,6 +154,19 @@ def test_provenance_is_stored_and_reported(
         "rhythm_max": doc["model"]["rhythm"]["max"],
         "detector_logit_max": doc["model"]["detector_logit"]["max"],
     }
+    assert doc["format"] == "rtgate-guard-enrolment/3"  # no slow range unless asked
+
+
+def test_slow_range_writes_format_5_and_scan_says_so(
+    odd_recording: tuple[Path, Path], tmp_path: Path
+) -> None:
+    enrol, later = odd_recording
+    res = _enroll("--station", "M7", "--out", str(tmp_path), "--slow-range", str(enrol))
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "M7.json").read_text())
+    assert doc["format"] == "rtgate-guard-enrolment/5" and len(doc["model"]["slow"]["scale"]) == 46
+    out, _ = _scan(later, "M7", tmp_path)
+    assert out["enrolment"]["slow_range"] is True
 
 
 def test_minutes_caps_the_audio_used(odd_recording: tuple[Path, Path], tmp_path: Path) -> None:

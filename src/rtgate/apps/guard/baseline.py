@@ -43,11 +43,22 @@ window over its bar is a hit for the rules (``last_novel``, beside the novelty c
 the station stops when ``k`` of the last ``n`` windows are hits of the detector or of its
 own model.
 
+The slow range (``enroll --slow-range``, format /5; the rules' ``slow`` clause, off by
+default, ``SLOW_BAR`` the bar chosen on validation; Session 13): per feature, the highest the
+slow average of ``z`` (``SLOW_ALPHA``, about 20 windows) reached on the healthy recording
+(``slow_scale``, at least ``SLOW_FLOOR``). With the clause, per window and station:
+``ms += SLOW_ALPHA (z - ms)``, the statistic ``max(ms / slow_scale)`` over the high log-mel
+bands (``SLOW_HIGH``, centres 5.7-7.5 kHz, where a bearing's impacts ring whatever the
+machine), and a hit when it reaches the rule's bar while no low band (``SLOW_LOW``) is over
+``SLOW_VETO`` times its own range (a forklift passing, a change of speed: the whole
+spectrum moves). It only adds hits.
+
 Files (:class:`EnrolmentStore`): one JSON file per station in a directory: the numbers, the
 provenance of the recording and the detector they belong to. Format /3 added
 ``detector_logit``; files of format /1 and /2 load without it and decide as before it.
 Format /4 is /3 with ``station_model`` (its weights, bias, bar and their sha256: a file whose
-numbers do not match is refused); an enrolment without one is still written as /3. The
+numbers do not match is refused); an enrolment without one is still written as /3. Format
+/5 is /3, or /4, with ``slow`` (``alpha`` and ``scale``, the slow range). The
 directory is ``--enrolments DIR``, else ``$RTGATE_GUARD_ENROLMENTS``, else
 ``$XDG_DATA_HOME/rtgate/enrolments`` (``~/.local/share/rtgate/enrolments``).
 """
@@ -79,6 +90,7 @@ __all__ = [
     "FORMAT",
     "FORMATS",
     "FORMAT_MODEL",
+    "FORMAT_SLOW",
     "GATE_HIGH",
     "GATE_LOW",
     "JUMP",
@@ -86,6 +98,12 @@ __all__ = [
     "RHYTHM_FLOOR",
     "RHYTHM_MARGIN",
     "SHIFT_MAX",
+    "SLOW_ALPHA",
+    "SLOW_BAR",
+    "SLOW_FLOOR",
+    "SLOW_HIGH",
+    "SLOW_LOW",
+    "SLOW_VETO",
     "Baselines",
     "Enrolment",
     "EnrolmentStore",
@@ -96,7 +114,14 @@ __all__ = [
 F32 = npt.NDArray[np.float32]
 FORMAT = "rtgate-guard-enrolment/3"  # /2 added the rhythm's range, /3 the detector's
 FORMAT_MODEL = "rtgate-guard-enrolment/4"  # /4: /3 and the station's own model
-FORMATS = ("rtgate-guard-enrolment/1", "rtgate-guard-enrolment/2", FORMAT, FORMAT_MODEL)
+FORMAT_SLOW = "rtgate-guard-enrolment/5"  # /5: /3 or /4 and the slow range per feature
+FORMATS = (
+    "rtgate-guard-enrolment/1",
+    "rtgate-guard-enrolment/2",
+    FORMAT,
+    FORMAT_MODEL,
+    FORMAT_SLOW,
+)
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
 SHIFT_MAX = 1.5  # logit: 0.92 -> 0.981, 0.995 -> 0.9989
@@ -108,6 +133,12 @@ SD_FLOOR = 0.05  # a feature that barely moved while enrolling is not taken as e
 NOVELTY_FLOOR = 1.0  # in units of sd: a very steady recording does not make all novel
 RHYTHM_FLOOR = 3.5  # the rhythm clause never fires under this, however quiet the recording
 RHYTHM_MARGIN = 0.5  # the rules' rhythm margin chosen on validation (off by default)
+SLOW_ALPHA = 0.05  # the slow average of z: about 20 windows (0.4 s)
+SLOW_FLOOR = 0.5  # in units of sd: the least a feature's slow range is taken to be
+SLOW_BAR = 6.0  # the rules' slow bar chosen on validation (Session 13; off by default)
+SLOW_HIGH = slice(35, 40)  # the log-mel bands it watches (centres 5.7-7.5 kHz): impacts ring
+SLOW_LOW = slice(0, 30)  # the bands that veto it (centres up to 3.8 kHz)
+SLOW_VETO = 1.5  # no slow hit while a low band's slow average is this far over its own
 
 
 def default_enrolment_dir() -> Path:
@@ -158,6 +189,8 @@ class Enrolment:
     rhythm: Mapping[str, float] = field(default_factory=dict)
     detector_logit: Mapping[str, float] = field(default_factory=dict)
     station_model: StationModel | None = None
+    slow_scale: F32 | None = None
+    slow_alpha: float = SLOW_ALPHA
 
     def __post_init__(self) -> None:
         where = f"enrolment of {self.station!r}"
@@ -179,6 +212,14 @@ class Enrolment:
                     f"{where}: the detector's logit range needs max, p999 and p50 in "
                     f"[-{LOGIT_BOUND:g}, {LOGIT_BOUND:g}]"
                 )
+        if self.slow_scale is not None:
+            sc = np.asarray(self.slow_scale)
+            if sc.shape != (N_FEATURES,) or not (np.isfinite(sc).all() and sc.min() >= SLOW_FLOOR):
+                raise ConfigError(
+                    f"{where}: the slow range needs {N_FEATURES} numbers >= {SLOW_FLOOR}"
+                )
+            if not 0.0 < self.slow_alpha <= 1.0:
+                raise ConfigError(f"{where}: the slow average's alpha must be in (0, 1]")
 
     @property
     def rhythm_max(self) -> float | None:
@@ -216,6 +257,8 @@ class Enrolment:
             h.update(f";{self.logit_max!r}".encode())
         if self.station_model is not None:  # files of format /3 keep their id
             h.update(self.station_model.digest.encode())
+        if self.slow_scale is not None:  # files of format /3 and /4 keep their id
+            h.update(np.asarray(self.slow_scale, "<f4").tobytes() + f"{self.slow_alpha!r}".encode())
         return h.hexdigest()[:12]
 
     def summary(self) -> dict[str, Any]:
@@ -230,12 +273,15 @@ class Enrolment:
         }
         if self.station_model is not None:  # format /4 only: the others report as before
             out["station_model"] = True
+        if self.slow_scale is not None:  # format /5 only
+            out["slow_range"] = True
         return out
 
     def to_json(self) -> str:
-        """The file's text: format /3, or /4 with a station model."""
+        """The file's text: format /3, /4 with a station model, /5 with the slow range."""
+        fmt = FORMAT if self.station_model is None else FORMAT_MODEL
         doc: dict[str, Any] = {
-            "format": FORMAT if self.station_model is None else FORMAT_MODEL,
+            "format": fmt if self.slow_scale is None else FORMAT_SLOW,
             "station": self.station,
             "created": self.created,
             "provenance": dict(self.provenance),
@@ -251,6 +297,11 @@ class Enrolment:
         }
         if self.station_model is not None:
             doc["model"]["station_model"] = self.station_model.record()
+        if self.slow_scale is not None:
+            doc["model"]["slow"] = {
+                "alpha": self.slow_alpha,
+                "scale": [float(x) for x in self.slow_scale],
+            }
         return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
 
     @classmethod
@@ -271,10 +322,19 @@ class Enrolment:
         if not isinstance(model, dict) or not isinstance(station, str):
             raise ConfigError(f"{where}: no station or model")
         own = None
-        if doc["format"] == FORMAT_MODEL:  # older formats: no station model, as before
-            if "station_model" not in model:
-                raise ConfigError(f"{where}: a file of format {FORMAT_MODEL} needs a station_model")
-            own = StationModel.from_record(model["station_model"], where)
+        if doc["format"] == FORMAT_MODEL and "station_model" not in model:
+            raise ConfigError(f"{where}: a file of format {FORMAT_MODEL} needs a station_model")
+        if doc["format"] in (FORMAT_MODEL, FORMAT_SLOW) and "station_model" in model:
+            own = StationModel.from_record(model["station_model"], where)  # older: none
+        slow_scale, slow_alpha = None, SLOW_ALPHA
+        if doc["format"] == FORMAT_SLOW:  # older formats: no slow range, as before
+            slow = model.get("slow")
+            if not isinstance(slow, dict):
+                raise ConfigError(f"{where}: a file of format {FORMAT_SLOW} needs a slow range")
+            slow_scale = _vector(slow, "scale", where)
+            slow_alpha = slow.get("alpha", SLOW_ALPHA)
+            if not isinstance(slow_alpha, int | float):
+                raise ConfigError(f"{where}: the slow average's alpha must be a number")
         try:
             return cls(
                 station,
@@ -288,6 +348,8 @@ class Enrolment:
                 {str(k): float(v) for k, v in (model.get("rhythm") or {}).items()},
                 {str(k): float(v) for k, v in (model.get("detector_logit") or {}).items()},
                 own,
+                slow_scale,
+                float(slow_alpha),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ConfigError):
@@ -350,6 +412,12 @@ class Baselines:
     ``rhythm``: per station, the rule's rhythm margin (``Rule.rhythm``, 0: off); a station
     with the clause and an enrolment that measured its rhythm has ``rhythm_threshold``
     (infinity for the others); :meth:`rhythmic` says which windows reach it.
+    ``slow``: per station, the rule's slow bar (``Rule.slow``, 0: off); a station with it and
+    an enrolment of format /5 counts a window as a hit (``last_novel``) when its slow
+    statistic (``last_slow``: the highest over the ``SLOW_HIGH`` bands of the slow average
+    of ``z`` over the recording's highest) reaches the bar while no ``SLOW_LOW`` band's is
+    ``SLOW_VETO`` times over its own (something else is going on: a vehicle passing, a
+    change of speed).
     """
 
     def __init__(
@@ -358,6 +426,7 @@ class Baselines:
         novelty: Sequence[float] | None = None,
         rhythm: Sequence[float] | None = None,
         thresholds: Sequence[float] | None = None,
+        slow: Sequence[float] | None = None,
     ) -> None:
         n = len(enrolments)
         self.enrolments = list(enrolments)
@@ -425,7 +494,23 @@ class Baselines:
                 self._own_wz[i], self._own_wm[i] = o.weights[:N_FEATURES], o.weights[N_FEATURES:]
                 self._own_b[i], self.own_threshold[i] = o.bias, o.threshold
         self.last_own = np.full(n, -np.inf, np.float32)  # the own model's logit, last window
-        self.novelty_clause = self.novelty_clause or self.own_model
+        bars = np.zeros(n, np.float32) if slow is None else np.asarray(slow, np.float32)
+        if bars.shape != (n,):
+            raise InvalidRequest(f"{len(bars)} slow bars for {n} stations")
+        self._slow_a = np.zeros((n, 1), np.float32)
+        self._slow_inv = np.zeros((n, N_FEATURES), np.float32)
+        self.slow_threshold = np.full(n, np.inf, np.float32)
+        for i, e in enumerate(enrolments):
+            if e is not None and e.slow_scale is not None and bars[i] > 0:
+                self._slow_a[i] = e.slow_alpha
+                self._slow_inv[i] = 1.0 / e.slow_scale
+                self.slow_threshold[i] = bars[i]
+        self.slow_clause = bool(np.isfinite(self.slow_threshold).any())
+        self.last_slow = np.zeros(n, np.float32)  # the slow statistic of the last window
+        self._ms = np.zeros((n, N_FEATURES), np.float32)
+        self._ts = np.zeros((n, N_FEATURES), np.float32)
+        self._slow_low = np.zeros(n, np.float32)
+        self.novelty_clause = self.novelty_clause or self.own_model or self.slow_clause
         self._level = self._level0.copy()
         self._m = np.zeros((n, N_FEATURES), np.float32)
         self._z = np.zeros((n, N_FEATURES), np.float32)
@@ -446,6 +531,7 @@ class Baselines:
         """Forget the averages of one station (or all): a new recording."""
         sel = slice(None) if stream is None else stream
         self._m[sel] = 0.0
+        self._ms[sel] = 0.0
         self._level[sel] = self._level0[sel]
 
     def adjust(
@@ -480,6 +566,15 @@ class Baselines:
             own += self._own_b[idx]
             self.last_own[idx] = own
             self.last_novel[idx] |= own >= self.own_threshold[idx]
+        if self.slow_clause:
+            ms = self._ms[idx]
+            ms += self._slow_a[idx] * (z - ms)
+            self._ms[idx] = ms
+            ts = ms * self._slow_inv[idx]
+            u = ts[:, SLOW_HIGH].max(axis=1)
+            self.last_slow[idx] = u
+            calm = ts[:, SLOW_LOW].max(axis=1) < np.float32(SLOW_VETO)
+            self.last_novel[idx] |= (u >= self.slow_threshold[idx]) & calm
         g = np.clip(peak * self._gate_a[idx] - self._gate_b[idx], 0.0, 1.0)
         out = logits - self._cal[idx] + self._span[idx] * g - self._shift[idx]
         if self.calibrated:
@@ -494,6 +589,14 @@ class Baselines:
         np.subtract(features, self._mean, out=z)
         z *= self._inv_sd
         own = _rowdot(np.clip(z, -Z_CLIP, Z_CLIP), self._own_wz) if self.own_model else None
+        if self.slow_clause:  # ms += a (z - ms); u = max(ms / scale) over the high bands
+            ts = self._ts
+            np.subtract(z, self._ms, out=ts)
+            ts *= self._slow_a
+            self._ms += ts
+            np.multiply(self._ms, self._slow_inv, out=ts)
+            np.max(ts[:, SLOW_HIGH], axis=1, out=self.last_slow)
+            np.max(ts[:, SLOW_LOW], axis=1, out=self._slow_low)
         z -= m
         z *= np.float32(ALPHA)
         m += z
@@ -507,6 +610,10 @@ class Baselines:
             own += self._own_b
             self.last_own[:] = own
             self.last_novel |= own >= self.own_threshold
+        if self.slow_clause:
+            self.last_novel |= (self.last_slow >= self.slow_threshold) & (
+                self._slow_low < np.float32(SLOW_VETO)
+            )
         g -= self._gate_b
         np.clip(g, 0.0, 1.0, out=g)
         g *= self._span

@@ -40,6 +40,8 @@ from rtgate.apps.guard.baseline import (
     NOVELTY_FLOOR,
     SD_FLOOR,
     SHIFT_MAX,
+    SLOW_ALPHA,
+    SLOW_FLOOR,
     Baselines,
     Enrolment,
     detector_identity,
@@ -71,6 +73,7 @@ __all__ = [
     "fit",
     "listen",
     "rhythm_range",
+    "slow_range",
 ]
 
 F32 = npt.NDArray[np.float32]
@@ -244,7 +247,7 @@ def _general(rec: Recording, rule: Rule) -> dict[str, Any]:
 def _replay(rec: Recording, enrolment: Enrolment, rule: Rule) -> tuple[F32, int]:
     """The recording through the enrolled station's baseline: its novelty per window
     (``r``, before any scale: pass ``novelty_scale=1``) and the stops the rule then makes."""
-    base = Baselines([enrolment], thresholds=[rule.threshold])
+    base = Baselines([enrolment], thresholds=[rule.threshold], slow=[rule.slow])
     logits = _logits(rec)
     novelty = np.zeros(len(rec.scores), np.float32)
     stops = 0
@@ -299,6 +302,29 @@ def rhythm_range(rec: Recording) -> dict[str, float]:
     }
 
 
+def slow_range(rec: Recording, mean: F32, sd: F32, alpha: float = SLOW_ALPHA) -> F32 | None:
+    """Per feature, the highest the slow average of ``z = (features - mean) / sd``
+    (``m += alpha (z - m)`` from 0 at each segment's start, as a run does) reached on
+    ``rec`` past each segment's first ``3 / alpha`` windows, at least ``SLOW_FLOOR``; None
+    when no segment is that long."""
+    settle = round(3.0 / alpha)
+    inv = np.float32(1.0) / sd
+    top = np.full(N_FEATURES, -np.inf, np.float32)
+    for a, b in rec.segments:
+        if b - a <= settle:
+            continue
+        z = (rec.features[a:b] - mean) * inv
+        m = np.zeros(N_FEATURES, np.float32)
+        for t in range(b - a):
+            m += np.float32(alpha) * (z[t] - m)
+            if t >= settle:
+                np.maximum(top, m, out=top)
+    if not np.isfinite(top).all():
+        return None
+    out: F32 = np.maximum(top, np.float32(SLOW_FLOOR)).astype(np.float32)
+    return out
+
+
 def _check(station: str, rec: Recording, general: dict[str, Any], accept_stops: bool) -> None:
     """Refuse what must not become a station's normal (:class:`InvalidRequest`)."""
     if rec.seconds < MIN_SECONDS:
@@ -348,12 +374,15 @@ def fit(
     shift: float = SHIFT_MAX,
     extra: dict[str, Any] | None = None,
     station_model: bool = False,
+    slow: bool = False,
 ) -> Fitted:
     """Measure ``station``'s normal on ``rec`` (see the module doc for what is refused:
     :class:`InvalidRequest`). ``detector``: the one that made the scores, for the
     provenance; ``extra``: more provenance (e.g. how long was asked for);
     ``station_model``: also fit the station's own model on ``rec.audio``
-    (``station_model.py``; the enrolment is then of format /4)."""
+    (``station_model.py``; the enrolment is then of format /4); ``slow``: measure the
+    station's slow range (``slow_range``; format /5; a station with no segment of over
+    ``3 / SLOW_ALPHA`` windows gets none)."""
     rule = rule or Rule()
     general = _general(rec, rule) if rec.seconds >= MIN_SECONDS else {}
     _check(station, rec, general, accept_stops)
@@ -391,6 +420,7 @@ def fit(
         rhythm_range(rec),
         detector_range(rec),
         own,
+        slow_range(rec, mean, sd) if slow else None,
     )
     _, residual = _replay(rec, enrolment, rule)
     enrolment = replace(enrolment, general={**general, "stops_with_enrolment": residual})

@@ -139,6 +139,14 @@ def enroll(
             "faults and benign sounds added to it, a few seconds; off by default)",
         ),
     ] = False,
+    slow_range: Annotated[
+        bool,
+        typer.Option(
+            "--slow-range",
+            help="also measure the station's slow range (format /5), for the rules' slow "
+            "clause (slow = 6 in a rules file; off by default)",
+        ),
+    ] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the summary here")] = None,
 ) -> None:
     """Listen to a station running healthy and store its own normal for scan and run.
@@ -171,6 +179,7 @@ def enroll(
             accept_stops=accept_stops,
             extra=extra,
             station_model=station_model,
+            slow=slow_range,
         )
         path = store.save(fitted.enrolment)
     except RtgateError as e:

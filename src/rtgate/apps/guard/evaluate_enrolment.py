@@ -18,7 +18,10 @@ rules, all stations in one batch, as ``guard run`` does. Three ways:
 - ``enrolled_accepting_stops``: every station enrolled, as with ``--accept-stops``;
 - ``enrolled_rhythm``: as ``enrolled``, with the rules' rhythm clause at
   ``baseline.RHYTHM_MARGIN`` (``rhythm.py``; off by default);
-- ``enrolled_novelty_N``: as ``enrolled``, with the rules' novelty clause at N.
+- ``enrolled_novelty_N``: as ``enrolled``, with the rules' novelty clause at N;
+- ``enrolled_slow``, ``enrolled_accepting_stops_slow``: as ``enrolled`` and
+  ``enrolled_accepting_stops``, with the rules' slow clause at ``baseline.SLOW_BAR``
+  (``Rule.slow``; off by default).
 
 Reported per way, overall and per family (shaft speed, housing resonance, extra noise):
 false stops (and on how many stations), misses (a false stop's cool-down may cost a fault),
@@ -40,7 +43,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
-from rtgate.apps.guard.baseline import RHYTHM_MARGIN, Baselines, Enrolment
+from rtgate.apps.guard.baseline import RHYTHM_MARGIN, SLOW_BAR, Baselines, Enrolment
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.enrol import Recording, Source, fit
 from rtgate.apps.guard.evaluate import roc_auc
@@ -202,7 +205,8 @@ def _enrol_all(
     fleet: _Fleet, model: str | Path | None, station_model: bool = False
 ) -> list[tuple[Enrolment, list[str]]]:
     """Each station fitted on its enrolment part, stops accepted (the refusal is read from
-    the warnings); the scores come from one batched detector. ``station_model``: each with
+    the warnings), with its slow range (format /5: the ways without the slow clause decide
+    as with /3); the scores come from one batched detector. ``station_model``: each with
     its own model too (``station_model.py``)."""
     n, wf = len(fleet.clips), WindowFeatures()
     det = Detector(model, n_streams=n)
@@ -227,7 +231,7 @@ def _enrol_all(
             logits[i],
             audio,
         )
-        fitted = fit(f"s{i:03d}", rec, accept_stops=True, station_model=station_model)
+        fitted = fit(f"s{i:03d}", rec, accept_stops=True, station_model=station_model, slow=True)
         out.append((fitted.enrolment, fitted.warnings))
     return out
 
@@ -249,7 +253,11 @@ def _run(
     det = Detector(model, n_streams=n)
     per = [rules.for_station(s) for s in names]
     base = Baselines(
-        enrolments, [r.novelty for r in per], [r.rhythm for r in per], [r.threshold for r in per]
+        enrolments,
+        [r.novelty for r in per],
+        [r.rhythm for r in per],
+        [r.threshold for r in per],
+        [r.slow for r in per],
     )
     eng = RuleEngine(rules, names)
     seen = np.zeros((n, fleet.score_w), np.float32)
@@ -369,6 +377,8 @@ def evaluate_enrolment(
         "enrolled": (accepted, Rules()),
         "enrolled_accepting_stops": (list(fitted), Rules()),
         "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
+        "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR))),
+        "enrolled_accepting_stops_slow": (list(fitted), Rules(Rule(slow=SLOW_BAR))),
     }
     if novelty:
         ways[f"enrolled_novelty_{novelty:g}"] = (accepted, Rules(Rule(novelty=novelty)))

@@ -7,7 +7,9 @@ through the detector, the baselines and the rules, all stations in one batch. Th
 ``general`` (no enrolment), ``enrolled`` (the stations ``enroll`` accepts),
 ``enrolled_accepting_stops`` (every station, as with ``--accept-stops``), and each of the
 two enrolled ways again with the rules' rhythm clause at ``baseline.RHYTHM_MARGIN``
-(``enrolled_rhythm``, ``enrolled_accepting_stops_rhythm``; ``rhythm.py``, off by default).
+(``enrolled_rhythm``, ``enrolled_accepting_stops_rhythm``; ``rhythm.py``, off by default),
+and with the rules' slow clause at ``baseline.SLOW_BAR`` (``enrolled_slow``,
+``enrolled_accepting_stops_slow``; off by default, Session 13).
 Per way, overall,
 per machine family and per background: false stops (and on how many stations), misses,
 clip AUC (each station's highest score in the scored part), window AUC, onset -> stop in
@@ -40,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from rtgate.apps.guard.baseline import RHYTHM_MARGIN, Enrolment
+from rtgate.apps.guard.baseline import RHYTHM_MARGIN, SLOW_BAR, Enrolment
 from rtgate.apps.guard.evaluate import roc_auc
 from rtgate.apps.guard.evaluate_enrolment import _enrol_all, _features, _Fleet, _metrics, _run
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
@@ -193,6 +195,8 @@ def evaluate_outside(
         "enrolled_accepting_stops": (list(fitted), Rules()),
         "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
         "enrolled_accepting_stops_rhythm": (list(fitted), Rules(Rule(rhythm=RHYTHM_MARGIN))),
+        "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR))),
+        "enrolled_accepting_stops_slow": (list(fitted), Rules(Rule(slow=SLOW_BAR))),
     }
     if station_model:
         ways["enrolled_station_model"] = (

@@ -8,6 +8,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     instant = 0.995               # or at once on one window scoring >= instant (0: off)
     novelty = 0.0                 # enrolled stations: a window this novel is a hit (0: off)
     rhythm = 0.0                  # enrolled stations: a rhythm this far over its own is a hit
+    slow = 0.0                    # enrolled stations (format /5): a slow rise this far is a hit
     cooldown_s = 10.0             # no second stop from a station within this time
     topic = "rtgate/guard/{station}/stop"
 
@@ -41,7 +42,18 @@ from rtgate.core.errors import ConfigError, InvalidRequest
 __all__ = ["Decision", "Rule", "RuleEngine", "Rules"]
 
 _POPCOUNT = np.array([bin(i).count("1") for i in range(1 << 16)], dtype=np.int8)
-_FIELDS = {"threshold", "k", "n", "instant", "novelty", "rhythm", "cooldown_s", "topic", "name"}
+_FIELDS = {
+    "threshold",
+    "k",
+    "n",
+    "instant",
+    "novelty",
+    "rhythm",
+    "slow",
+    "cooldown_s",
+    "topic",
+    "name",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +82,16 @@ class Rule:
     ``baseline.RHYTHM_MARGIN`` (0.5) is the margin chosen on validation; it is off by default
     because on validation it also added a false stop on machines like the training set and
     on the outside set it changed nothing (docs/guard.md, Session 10).
+
+    ``slow``: for a station whose enrolment measured its slow range (format /5,
+    ``baseline.py``), a window is a hit as well when some feature's average over about a
+    second (in units of the station's own spread) reaches this many times the highest that
+    average reached on the healthy recording; 0 (the default) turns it off. A faint fault
+    that persists moves such averages past anything the healthy recording did, where a
+    single window stays inside its noise. ``baseline.SLOW_BAR`` (6) is the bar chosen on
+    validation; it is off by default because on the guard's benchmark fleet (each station
+    enrolled on another recording of its motor, with fewer handling knocks) it made a false
+    stop (docs/guard.md, Session 13).
     """
 
     threshold: float = 0.92
@@ -78,6 +100,7 @@ class Rule:
     instant: float = 0.995
     novelty: float = 0.0
     rhythm: float = 0.0
+    slow: float = 0.0
     cooldown_s: float = 10.0
     topic: str = "rtgate/guard/{station}/stop"
     name: str = "default"
@@ -98,6 +121,9 @@ class Rule:
         rh = self.rhythm
         if not (isinstance(rh, int | float) and 0.0 <= rh <= 20.0):
             raise ConfigError(f"rhythm must be 0 (off) or a margin in (0, 20], got {rh!r}")
+        sl = self.slow
+        if not (isinstance(sl, int | float) and (sl == 0 or 1.0 <= sl <= 1000.0)):
+            raise ConfigError(f"slow must be 0 (off) or in [1, 1000], got {sl!r}")
         cd = self.cooldown_s
         if not (isinstance(cd, int | float) and math.isfinite(cd) and cd >= 0):
             raise ConfigError(f"cooldown_s must be a finite number >= 0, got {cd!r}")
@@ -113,12 +139,18 @@ class Rule:
         return max(self.instant, self.threshold) if self.instant else math.inf
 
     def describe(
-        self, instant: bool = False, novel: bool = False, rhythm: bool = False, own: bool = False
+        self,
+        instant: bool = False,
+        novel: bool = False,
+        rhythm: bool = False,
+        own: bool = False,
+        slow: bool = False,
     ) -> str:
         """The rule (its k-of-n clause, or with ``instant`` its one-window clause) as it
         appears in a stop message; with ``novel``, the k-of-n clause with the station's own
         hits: novelty (when the rule has it), with ``rhythm`` (the station's enrolment
-        measured its rhythm) the rhythm, and with ``own`` its own model (format /4)."""
+        measured its rhythm) the rhythm, with ``own`` its own model (format /4), and with
+        ``slow`` its slow range (format /5)."""
         if instant:
             return f"{self.name}: score>={self.instant_at:g} in 1 window"
         hit = f"score>={self.threshold:g}"
@@ -128,6 +160,8 @@ class Rule:
             hit += f" or rhythm>=own max+{self.rhythm:g}"
         if novel and own:
             hit += " or its own model"
+        if novel and slow and self.slow:
+            hit += f" or slow>={self.slow:g}x own max"
         return f"{self.name}: {hit} in {self.k} of {self.n} windows"
 
     def topic_for(self, station: str) -> str:
