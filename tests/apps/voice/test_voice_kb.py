@@ -17,7 +17,15 @@ from rtgate.apps.voice.agent import (
     fresh_followup,
 )
 from rtgate.apps.voice.frames import AgentTextFrame, EndFrame, Frame, TranscriptFrame
-from rtgate.apps.voice.kb_eval import CALL_SETS, TUNED_ON, evaluate, load_calls, on_topic
+from rtgate.apps.voice.kb_eval import (
+    CALL_SETS,
+    TUNED_ON,
+    evaluate,
+    load_calls,
+    on_topic,
+    topic_ids,
+    unknown_topics,
+)
 from rtgate.apps.voice.pipeline import Pipeline
 from rtgate.core.budget import Budget
 from rtgate.core.errors import ConfigError
@@ -144,6 +152,22 @@ def test_on_topic_is_the_shipped_knowledge_base_check() -> None:
     assert entry is not None
     assert on_topic(entry.reply, "refund", "en") and not on_topic(entry.reply, "roaming", "en")
     assert on_topic(kb.holding_text("en"), "ood", "en")
+
+
+def test_a_sets_own_labels_are_read_as_the_domains_ids() -> None:
+    # natural5's author wrote "other" for asks outside the domain and split
+    # suspension_reconnection in two: read raw, no answer could be on those turns
+    kb = shipped()
+    line = kb.entry("suspension_reconnection", "zh")
+    assert line is not None
+    for label in ("reconnection", "suspension"):
+        assert topic_ids(label) == "suspension_reconnection" and on_topic(line.reply, label, "zh")
+    plain = kb.holding_text("en")
+    assert on_topic(plain, "other", "en") and on_topic(plain, None, "en")
+    assert not on_topic(kb.holding_text("en", ["roaming"]), "other", "en")
+    assert topic_ids(["refund", "reconnection"]) == ["refund", "suspension_reconnection"]
+    assert unknown_topics("other") == [] and unknown_topics(["refund", "none"]) == []
+    assert unknown_topics(["billing", "refund"]) == ["billing"]  # a label nobody mapped
 
 
 async def _phrased(line: str) -> tuple[AgentStage, list[Frame]]:
