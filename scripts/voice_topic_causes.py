@@ -20,8 +20,9 @@ Each is split by what was said: a plain hold (names no topic), a hold naming ano
 another topic's entry. ``top1 right`` counts the off-topic answers whose heard line the
 classifier ranks first as the caller's topic (what a hold naming the most likely topic
 could win). Multi-part asks without a spoken follow-up: answered from an entry (no
-follow-up asked), the follow-up dropped as a repeat, the job not done, the caller talking
-when it came, or the turn decided early.
+follow-up asked), asked but not back before the caller went on or the call ended, the
+follow-up dropped as a repeat, the job not done, the caller talking when it came, or the
+turn decided early.
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ def multi_cause(row: dict[str, Any]) -> str:
     job = row.get("followup_job")
     if row["decided_early"]:
         return "decided early (answered a part)"
+    if job is None and (row.get("judge") or {}).get("followup"):
+        return "asked, not back before the caller went on or hung up"
     if job is None:
         return "answered from an entry (no follow-up asked)"
     if job.get("dropped_as_repeat"):
