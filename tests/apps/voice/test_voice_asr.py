@@ -163,20 +163,20 @@ def test_the_domains_words_per_language() -> None:
 def test_whisper_given_the_domains_words_still_hears_the_caller(
     asr: WhisperASR, clips: dict[str, Clip]
 ) -> None:
-    # the session's Whisper has the shipped domain's words (VoiceConfig.asr_prompt)
-    prev = asr.previous("zh")
-    assert prev[0] == asr._id("<|startofprev|>") and len(prev) > 5
-    assert asr.previous("fr") == []  # a language without a line: no prompt
+    assert asr.previous("zh") == []  # the session's Whisper: no prompts (the default)
+    prompted = WhisperASR("base", 1, prompts=domain_prompts())
+    prev = prompted.previous("zh")
+    assert prev[0] == prompted._id("<|startofprev|>") and len(prev) > 5
+    assert prompted.previous("fr") == []  # a language without a line: no prompt
     pcm = clips["zh_signal"].pcm
-    heard = asr.transcribe(pcm, "zh")
+    heard = prompted.transcribe(pcm, "zh")
     assert "信号" in heard.text and "套餐" not in heard.text  # the caller's words, not ours
     assert prev[0] not in heard.tokens  # the prompt is not part of the transcript
-    plain = asr.transcribe(pcm, "zh", prompted=False)
-    assert "信号" in plain.text
+    assert prompted.transcribe(pcm, "zh", prompted=False).tokens == asr.transcribe(pcm, "zh").tokens
     # no speech: a prompted Whisper recites the prompt; the no-speech guard decodes it plain
     for quiet in (np.zeros(RATE, np.float32), line_noise(RATE, -45.0, False, 2)):
-        heard = asr.transcribe(quiet.astype(np.float32), "zh")
-        assert heard.text == asr.transcribe(quiet.astype(np.float32), "zh", prompted=False).text
+        heard = prompted.transcribe(quiet.astype(np.float32), "zh")
+        assert heard.text == asr.transcribe(quiet.astype(np.float32), "zh").text
         assert not any(w in heard.text for w in ("话费", "流量", "套餐", "宽带", "退款", "转网"))
 
 

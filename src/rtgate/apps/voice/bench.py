@@ -484,7 +484,7 @@ async def _run(
     speculate: bool = False,
     hold: bool = True,
     eot: EotKind = "lm+text",
-    asr_prompt: bool = True,
+    asr_prompt: bool = False,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     cfg = VoiceConfig(
@@ -617,7 +617,7 @@ def run(
     speculate: bool = False,
     hold: bool = True,
     eot: EotKind = "lm+text",
-    asr_prompt: bool = True,
+    asr_prompt: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report. With
     ``eval_dir`` the held-out calls there (``calls`` 0: all of them)."""

@@ -253,7 +253,7 @@ def bench_voice(
         True, help="pause the agent when the caller's line rises (off: the ablation)"
     ),
     asr_prompt: bool = typer.Option(
-        True, help="give the final decode the domain's words (off: the ablation)"
+        False, help="give the final decode the domain's words (off by default: docs/voice.md)"
     ),
     eot: str = typer.Option(
         "lm+text",

@@ -95,11 +95,12 @@ class VoiceConfig:
     answer_budget_ms: float = 2500.0
     full_final: bool = False
     answer_tokens: int = 40
-    # the final decode is given the domain's words (domains/telecom/asr_prompt.json) as
-    # Whisper's previous text; partials are not (they are on the way to the first sound).
-    # Offline on the validation sets' whole turns: first answers on topic 46/60 -> 50/60
-    # (natural5), 31/36 either way (val-pause2); docs/voice.md, Session 13
-    asr_prompt: bool = True
+    # give the final decode the domain's words (domains/telecom/asr_prompt.json) as
+    # Whisper's previous text (partials never: they are on the way to the first sound).
+    # Off by default: offline, first answers on topic 46 -> 50 of 60 (natural5's turns),
+    # 31 -> 31 of 36 (val-pause2's), 8 -> 6 of 12 (the packaged clips: "我想换一个流量多
+    # 一点的套餐，有推荐的吗" heard as "有推荐?", English clips repeated); docs/voice.md, Session 13
+    asr_prompt: bool = False
 
 
 def _tiers(cfg: VoiceConfig) -> tuple[list[Tier], list[Tier], list[Tier], LlamaCppBackend]:
