@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rtgate.apps.voice.asr import ASRStage, Transcript, WhisperASR, cut_copy
+from rtgate.apps.voice.asr import ASRStage, Transcript, WhisperASR, cut_copy, domain_prompts
 from rtgate.apps.voice.bench import Clip
+from rtgate.apps.voice.evalset import line_noise
 from rtgate.apps.voice.frames import (
     RATE,
     AudioFrame,
@@ -34,6 +36,7 @@ class ScriptedASR:
     def __init__(self, outputs: list[tuple[int, ...]]) -> None:
         self.outputs = list(outputs)
         self.prefixes: list[tuple[int, ...]] = []
+        self.prompted: list[bool] = []
         self.go = threading.Semaphore(0)
 
     def transcribe(
@@ -44,9 +47,11 @@ class ScriptedASR:
         final: bool = False,
         pad_s: float = 1.0,
         prefix: Sequence[int] = (),
+        prompted: bool = True,
     ) -> Transcript:
         self.go.acquire(timeout=10)
         self.prefixes.append(tuple(prefix))
+        self.prompted.append(prompted)
         tokens = self.outputs.pop(0)
         assert tokens[: len(prefix)] == tuple(prefix)  # forced: the output starts with it
         return Transcript(" ".join(map(str, tokens)), "en", 1.0, tokens)
@@ -56,7 +61,9 @@ def _speech(i: int) -> AudioFrame:
     return AudioFrame(pcm=np.zeros(int(STEP * RATE), np.float32), t=i * STEP, prob=0.9)
 
 
-async def _partials(asr: ScriptedASR, n: int, *, agree: bool = True) -> list[TranscriptFrame]:
+async def _partials(
+    asr: ScriptedASR, n: int, *, agree: bool = True, prompt_partials: bool = False
+) -> list[TranscriptFrame]:
     """Feed speech so that ``n`` partials are asked for, one after the other."""
     out: list[Frame] = []
     got = asyncio.Event()
@@ -66,7 +73,12 @@ async def _partials(asr: ScriptedASR, n: int, *, agree: bool = True) -> list[Tra
         if isinstance(f, TranscriptFrame):
             got.set()
 
-    stage = ASRStage(asr, step_s=STEP * 0.9, agree=agree)  # type: ignore[arg-type]
+    stage = ASRStage(
+        asr,  # type: ignore[arg-type]
+        step_s=STEP * 0.9,
+        agree=agree,
+        prompt_partials=prompt_partials,
+    )
     async with Pipeline([stage], sink=sink) as p:
         await p.put(StartFrame(lang="en"))
         await p.put(SpeechStartFrame(t=0.0))
@@ -98,6 +110,17 @@ async def test_partials_are_forced_to_start_with_what_two_partials_agree_on() ->
     assert frames[-1].text == "1 2 3 9 9 7 8 6"
 
 
+async def test_only_the_final_decode_is_given_the_domains_words() -> None:
+    asr = ScriptedASR([(1,), (1, 2), (1, 2, 3), (1, 2, 3)])
+    frames = await _partials(asr, 3)
+    # the partials lead to the first sound: no prompt; the final (the answer's) has it
+    assert asr.prompted == [False, False, False, True]
+    assert [f.final for f in frames] == [False, False, False, True]
+    asr = ScriptedASR([(1,), (1, 2), (1, 2)])
+    await _partials(asr, 2, prompt_partials=True)
+    assert asr.prompted == [True, True, True]
+
+
 async def test_without_agreement_nothing_is_forced() -> None:
     asr = ScriptedASR([(1, 2, 3, 4), (1, 2, 3, 4, 5), (1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 5, 6)])
     await _partials(asr, 3, agree=False)
@@ -127,6 +150,34 @@ def test_whisper_keeps_a_forced_prefix_and_decodes_the_rest(
     other = tuple(asr.tok.encode("你好", add_special_tokens=False).ids)
     wrong = asr.transcribe(pcm, "zh", prefix=other)
     assert wrong.tokens[: len(other)] == other and wrong.text.startswith("你好")
+
+
+def test_the_domains_words_per_language() -> None:
+    prompts = domain_prompts()
+    assert set(prompts) == {"zh", "en"}  # the file's comment is no language
+    assert "话费" in prompts["zh"] and "roaming" in prompts["en"]
+    assert domain_prompts(Path("/nonexistent")) == {}
+
+
+@pytest.mark.slow
+def test_whisper_given_the_domains_words_still_hears_the_caller(
+    asr: WhisperASR, clips: dict[str, Clip]
+) -> None:
+    assert asr.previous("zh") == []  # the session's Whisper: no prompts (the default)
+    prompted = WhisperASR("base", 1, prompts=domain_prompts())
+    prev = prompted.previous("zh")
+    assert prev[0] == prompted._id("<|startofprev|>") and len(prev) > 5
+    assert prompted.previous("fr") == []  # a language without a line: no prompt
+    pcm = clips["zh_signal"].pcm
+    heard = prompted.transcribe(pcm, "zh")
+    assert "信号" in heard.text and "套餐" not in heard.text  # the caller's words, not ours
+    assert prev[0] not in heard.tokens  # the prompt is not part of the transcript
+    assert prompted.transcribe(pcm, "zh", prompted=False).tokens == asr.transcribe(pcm, "zh").tokens
+    # no speech: a prompted Whisper recites the prompt; the no-speech guard decodes it plain
+    for quiet in (np.zeros(RATE, np.float32), line_noise(RATE, -45.0, False, 2)):
+        heard = prompted.transcribe(quiet.astype(np.float32), "zh")
+        assert heard.text == asr.transcribe(quiet.astype(np.float32), "zh").text
+        assert not any(w in heard.text for w in ("话费", "流量", "套餐", "宽带", "退款", "转网"))
 
 
 def test_a_forced_decode_that_starts_the_utterance_over_is_cut() -> None:

@@ -16,8 +16,23 @@ from rtgate.apps.voice.agent import (
     AgentStage,
     fresh_followup,
 )
-from rtgate.apps.voice.frames import AgentTextFrame, EndFrame, Frame, TranscriptFrame
-from rtgate.apps.voice.kb_eval import CALL_SETS, TUNED_ON, evaluate, load_calls, on_topic
+from rtgate.apps.voice.frames import (
+    AgentTextFrame,
+    EndFrame,
+    Frame,
+    InterruptionFrame,
+    TranscriptFrame,
+    TurnEndFrame,
+)
+from rtgate.apps.voice.kb_eval import (
+    CALL_SETS,
+    TUNED_ON,
+    evaluate,
+    load_calls,
+    on_topic,
+    topic_ids,
+    unknown_topics,
+)
 from rtgate.apps.voice.pipeline import Pipeline
 from rtgate.core.budget import Budget
 from rtgate.core.errors import ConfigError
@@ -144,6 +159,58 @@ def test_on_topic_is_the_shipped_knowledge_base_check() -> None:
     assert entry is not None
     assert on_topic(entry.reply, "refund", "en") and not on_topic(entry.reply, "roaming", "en")
     assert on_topic(kb.holding_text("en"), "ood", "en")
+
+
+async def _cut_then_more(head: str, tail: str, *, head_final_first: bool) -> AgentStage:
+    """Turn 1 ends at a pause (``head``), the caller goes on over the agent (a barge-in),
+    and turn 2 (``tail``) ends; turn 1's final comes after the barge-in, or before it."""
+    async with Gate([Cloud(["..."])]) as deep:
+        agent = AgentStage(Gate([]), Gate([]), deep)
+        async with Pipeline([agent], sink=lambda f: None) as p:
+            await p.put(TurnEndFrame(turn=1, text=head, lang="en", t=1.0, decided_t=1.2,
+                                     rule="question"))  # fmt: skip
+            final = TranscriptFrame(turn=1, text=head, lang="en", until=1.2, final=True)
+            if head_final_first:
+                await p.put(final)
+                await until(lambda: 1 in agent.replies)
+            await p.put(InterruptionFrame(t=1.5))
+            if not head_final_first:
+                await p.put(final)
+            await p.put(TurnEndFrame(turn=2, text=tail, lang="en", t=3.0, decided_t=3.2,
+                                     rule="clause"))  # fmt: skip
+            await p.put(TranscriptFrame(turn=2, text=tail, lang="en", until=3.2, final=True))
+            await until(lambda: 2 in agent.replies)
+            await p.put(EndFrame())
+            await p.wait()
+    return agent
+
+
+async def test_a_turn_cut_before_its_answer_is_read_with_the_words_that_follow() -> None:
+    head, tail = "I'm flying to Tokyo next Friday, will my phone work out there?", (
+        "I mean for data, I don't really care about calls.")  # fmt: skip
+    agent = await _cut_then_more(head, tail, head_final_first=False)
+    assert 1 not in agent.replies  # talked over before its answer: not answered
+    assert agent.replies[2].heard == f"{head} {tail}" and agent.joined == {2: 1}
+    assert agent.verdicts[2]["joined_turn"] == 1 and agent.turn_text[2] == tail
+    # turn 1 answered before the caller talked over it: the next turn is read alone
+    agent = await _cut_then_more(head, tail, head_final_first=True)
+    assert agent.replies[2].heard == tail and agent.joined == {}
+
+
+def test_a_sets_own_labels_are_read_as_the_domains_ids() -> None:
+    # natural5's author wrote "other" for asks outside the domain and split
+    # suspension_reconnection in two: read raw, no answer could be on those turns
+    kb = shipped()
+    line = kb.entry("suspension_reconnection", "zh")
+    assert line is not None
+    for label in ("reconnection", "suspension"):
+        assert topic_ids(label) == "suspension_reconnection" and on_topic(line.reply, label, "zh")
+    plain = kb.holding_text("en")
+    assert on_topic(plain, "other", "en") and on_topic(plain, None, "en")
+    assert not on_topic(kb.holding_text("en", ["roaming"]), "other", "en")
+    assert topic_ids(["refund", "reconnection"]) == ["refund", "suspension_reconnection"]
+    assert unknown_topics("other") == [] and unknown_topics(["refund", "none"]) == []
+    assert unknown_topics(["billing", "refund"]) == ["billing"]  # a label nobody mapped
 
 
 async def _phrased(line: str) -> tuple[AgentStage, list[Frame]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -124,3 +125,16 @@ def test_the_old_sets_parts_rendering_is_still_there(tmp_path: Path) -> None:
     assert made["render"] == "parts"
     with pytest.raises(ConfigError, match="render"):
         make(tmp_path, calls=1, render="sung")
+
+
+def test_the_bench_reads_a_sets_labels_and_names_the_ones_it_cannot_score() -> None:
+    from rtgate.apps.voice.bench import _label, _unknown
+
+    assert _label("other") is None and _label(None) is None  # outside the domain
+    assert _label("reconnection") == "suspension_reconnection" and _label("refund") == "refund"
+    rows: list[dict[str, Any]] = [
+        {"topic": "billing", "on_topic": False},  # no intent, no alias: reported
+        {"topic": "other", "on_topic": True},
+        {"topic": "mystery", "on_topic": None},  # a barge-in line: not scored
+    ]
+    assert _unknown(rows) == ["billing"]

@@ -40,7 +40,10 @@ end on other words answers from the final transcript as before. The cloud tier i
 asked before the end: the follow-up starts only when an answer is committed.
 
 A barge-in cancels the answer in flight (and the wait for the follow-up), keeps what was
-said in the conversation history, and forwards the interruption to TTS and output.
+said in the conversation history, and forwards the interruption to TTS and output. A turn
+the caller talked over before it had an answer (its end was decided at a pause inside the
+caller's ask) is not answered; the next turn is answered from both turns' words
+(:meth:`AgentStage.whole_ask`), not from the tail alone.
 
 The agent holds the floor from the ack to the answer's last sentence: when the output falls
 silent in between (the ack is spoken, the answer is still being generated), its
@@ -217,6 +220,7 @@ class AgentStage(Stage):
             kb if isinstance(kb, KnowledgeBase) else None)  # fmt: skip
         self.phrase = phrase
         self.replies: dict[int, Reply] = {}  # the knowledge base's word on each turn
+        self.joined: dict[int, int] = {}  # turn -> the unanswered turn read with it
         self.ack_gate, self.answer_gate, self.deep_gate = ack_gate, answer_gate, deep_gate
         self.prefetch = prefetch
         self.ack_budget_ms, self.ack_turn_budget_ms = ack_budget_ms, ack_turn_budget_ms
@@ -314,12 +318,27 @@ class AgentStage(Stage):
             return  # the caller talked over this turn: keep their words, answer the next one
         self._answer_turn = frame.turn
         if self.kb is not None:
-            self._start_answer(frame.turn, text, frame.lang, self.kb.reply(text, frame.lang))
+            asked = self.whole_ask(frame.turn, text, frame.lang)
+            self._start_answer(frame.turn, text, frame.lang, self.kb.reply(asked, frame.lang))
             return
         answer = self._spawn(self._answer_turn_task(frame.turn, text, frame.lang))
         self._answer = answer
         if self.deep_gate is not None and self.wants_followup(frame.turn, text, frame.lang):
             self._deep = self._spawn(self._followup(frame.turn, text, frame.lang, answer))
+
+    def whole_ask(self, turn: int, text: str, lang: str) -> str:
+        """What the knowledge base reads for ``turn``: its words, after the previous turn's
+        when the caller talked over that one before it had an answer (its end was decided
+        at a pause and the caller went on: one ask in two turns, the words are kept in
+        ``turn_text``); ``text`` alone otherwise."""
+        before = turn - 1
+        if before not in self.interrupted or before in self.replies:
+            return text
+        head = self.turn_text.get(before, "").strip()
+        if not head:
+            return text
+        self.joined[turn] = before
+        return head + ("" if lang == "zh" else " ") + text
 
     def _start_answer(self, turn: int, text: str, lang: str, reply: Reply) -> None:
         """Speak the knowledge base's ``reply`` to ``turn`` and, when it asks for one,
@@ -328,6 +347,8 @@ class AgentStage(Stage):
         self._answer_turn = turn
         self.replies[turn] = reply
         self.verdicts[turn] = reply.to_dict()
+        if turn in self.joined:
+            self.verdicts[turn]["joined_turn"] = self.joined[turn]
         answer = self._spawn(self._answer_turn_task(turn, text, lang, reply))
         self._answer = answer
         if self.deep_gate is not None and reply.followup:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.util
+import json
 import math
 import os
 import re
@@ -27,7 +28,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,12 +56,18 @@ __all__ = [
     "Transcript",
     "WhisperASR",
     "cut_copy",
+    "domain_prompts",
     "whisper_model_dir",
 ]
 
 ASR_MODELS = ("base", "tiny.en")
 _FRAMES_PER_S = 100  # Whisper's mel frames per second
 _FULL_FRAMES = 3000
+MAX_PROMPT_TOKENS = 100  # Whisper gives the previous text at most half its 448-token context
+# a prompted decode whose no-speech probability is this high is done again without the
+# prompt: on val-pause2's turns prompted speech scored 0.005-0.16, silence and line noise
+# 0.47-0.82 (and the prompted text was the prompt's words)
+NO_SPEECH_PROMPTED = 0.3
 _join_lock = threading.Lock()
 _LOOP = re.compile(r"(.{2,}?)(?:[\s,，。.]*\1){2,}")
 
@@ -103,6 +110,18 @@ def whisper_model_dir(name: str = "base") -> Path:
     return target
 
 
+def domain_prompts(data_dir: Path | None = None) -> dict[str, str]:
+    """The domain's words per language (``asr_prompt.json`` in ``data_dir``, the shipped
+    telecom domain by default), for :class:`WhisperASR`'s ``prompts``; ``{}`` without one."""
+    from rtgate.domains.loader import TELECOM_DIR
+
+    path = (data_dir or TELECOM_DIR) / "asr_prompt.json"
+    if not path.is_file():
+        return {}
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    return {k: v for k, v in raw.items() if not k.startswith("_") and isinstance(v, str)}
+
+
 @dataclass(frozen=True, slots=True)
 class Transcript:
     text: str
@@ -135,7 +154,9 @@ def cut_copy(tokens: Sequence[int], start: int, n: int = 5) -> tuple[int, ...]:
 class WhisperASR:
     """A Whisper model (int8, ``threads`` CPU threads); one decode at a time, any thread."""
 
-    def __init__(self, model: str = "base", threads: int = 2) -> None:
+    def __init__(
+        self, model: str = "base", threads: int = 2, prompts: Mapping[str, str] | None = None
+    ) -> None:
         from faster_whisper import WhisperModel
 
         self.name = model
@@ -145,9 +166,22 @@ class WhisperASR:
         self.multilingual = bool(self.whisper.model.is_multilingual)
         self.tok: Any = self.whisper.hf_tokenizer
         self._lock = threading.Lock()
+        self.prompts: dict[str, str] = dict(prompts or {})
+        self._prev: dict[str, list[int]] = {}
 
     def _id(self, token: str) -> int:
         return int(self.tok.token_to_id(token))
+
+    def previous(self, lang: str) -> list[int]:
+        """``<|startofprev|>`` and the tokens of ``prompts[lang]`` (the domain's words, as if
+        said before: Whisper's ``initial_prompt``), or nothing when ``lang`` has none."""
+        text = self.prompts.get(lang, "").strip()
+        if not text:
+            return []
+        if lang not in self._prev:
+            ids = list(self.tok.encode(" " + text, add_special_tokens=False).ids)
+            self._prev[lang] = [self._id("<|startofprev|>"), *ids[:MAX_PROMPT_TOKENS]]
+        return self._prev[lang]
 
     def transcribe(
         self,
@@ -157,12 +191,14 @@ class WhisperASR:
         final: bool = False,
         pad_s: float = 1.0,
         prefix: Sequence[int] = (),
+        prompted: bool = True,
     ) -> Transcript:
         """Decode ``audio`` (16 kHz float32); ``lang`` ``None`` detects it (multilingual).
 
         The window is 30 s when ``final``, else the audio plus ``pad_s`` (at least 5 s).
         ``prefix``: text tokens the transcript is forced to start with (evaluated in one
-        pass instead of one decoder step per token)."""
+        pass instead of one decoder step per token). ``prompted``: the language's
+        ``prompts`` line goes before (:meth:`previous`), when there is one."""
         import ctranslate2
 
         if audio.ndim != 1 or not len(audio):
@@ -190,6 +226,8 @@ class WhisperASR:
                     self._id("<|transcribe|>"),
                     self._id("<|notimestamps|>"),
                 ]
+            prev = self.previous(lang) if prompted else []
+            prompt = prev + prompt
             cap = len(prompt) + 8 + math.ceil(10 * min(seconds, 30.0))
             res = self.whisper.model.generate(
                 enc,
@@ -197,7 +235,15 @@ class WhisperASR:
                 beam_size=1,
                 max_length=min(max(cap, len(prompt) + len(prefix) + 8), 440),
                 suppress_blank=True,
+                return_no_speech_prob=bool(prev),
             )
+        if prev and res[0].no_speech_prob >= NO_SPEECH_PROMPTED:
+            # no speech heard: a prompted Whisper recites the prompt ("请问话费、退订、…",
+            # "I have a question about the phone bill."); decode it as it is, unprompted
+            again = self.transcribe(audio, lang, final=final, pad_s=pad_s, prefix=prefix,
+                                    prompted=False)  # fmt: skip
+            ms = (time.perf_counter() - t0) * 1000.0
+            return Transcript(again.text, again.lang, ms, again.tokens)
         tokens = tuple(res[0].sequences_ids[0])
         if prefix:
             tokens = cut_copy(tokens, len(prefix))
@@ -226,7 +272,9 @@ class ASRStage(Stage):
 
     A :class:`TurnEndFrame` coming *up* from turn-taking triggers the final decode of the
     turn (the 30 s window with ``full_final``: more robust on long turns, ~0.5 s slower on
-    two cores; the answer waits for it, the first sound does not).
+    two cores; the answer waits for it, the first sound does not). Only the final decode is
+    given the domain's words (the ASR's ``prompts``, unless ``prompt_partials``): they cost
+    10-50 ms a decode here, and a partial is on the way to the first sound, the final is not.
     Audio policy: drop the oldest past 64 frames.
     """
 
@@ -244,9 +292,11 @@ class ASRStage(Stage):
         agree: bool = True,
         hold: int = 2,
         fade_s: float = 0.048,
+        prompt_partials: bool = False,
     ) -> None:
         super().__init__()
         self.asr = asr
+        self.prompt_partials = prompt_partials
         self.fade_s = fade_s
         self._faded = 0.0  # seconds of faded audio in a row
         self._fade_decoded = False  # this fade already started a decode
@@ -345,13 +395,16 @@ class ASRStage(Stage):
         try:
             if frames:
                 audio = np.concatenate([f.pcm for f in frames])
-                tr = await self._run(audio, final and self.full_final, prefix=prefix)
+                prompted = final or self.prompt_partials
+                tr = await self._run(
+                    audio, final and self.full_final, prefix=prefix, prompted=prompted
+                )
                 before = self._texts.get(turn, "")
                 shrank = len(tr.text) < 0.8 * len(before)
                 if shrank and not prefix and not (final and self.full_final):
                     # the buffer only grew, the text shrank: Whisper dropped a segment after
                     # a pause (a window cut tight invites it); retry with more room
-                    again = await self._run(audio, False, pad_s=3.0)
+                    again = await self._run(audio, False, pad_s=3.0, prompted=prompted)
                     if len(again.text) > len(tr.text):
                         tr = Transcript(
                             again.text, again.lang, tr.decode_ms + again.decode_ms, again.tokens
@@ -385,11 +438,22 @@ class ASRStage(Stage):
                     self._request()
 
     async def _run(
-        self, audio: Pcm, full: bool, pad_s: float = 1.0, prefix: tuple[int, ...] = ()
+        self,
+        audio: Pcm,
+        full: bool,
+        pad_s: float = 1.0,
+        prefix: tuple[int, ...] = (),
+        prompted: bool = False,
     ) -> Transcript:
         loop = asyncio.get_running_loop()
         call = functools.partial(
-            self.asr.transcribe, audio, self.lang, final=full, pad_s=pad_s, prefix=prefix
+            self.asr.transcribe,
+            audio,
+            self.lang,
+            final=full,
+            pad_s=pad_s,
+            prefix=prefix,
+            prompted=prompted,
         )
         return await loop.run_in_executor(self._pool, call)
 

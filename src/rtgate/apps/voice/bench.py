@@ -270,10 +270,27 @@ def _texts(call: VoiceCall, turn: int, kind: str) -> str:
 def _kb_on_topic(answer: str, topic: str | None, lang: str) -> bool:
     """The knowledge base's own check (``kb_eval.on_topic``: the entry's reply, a holding
     answer naming the topic, or the answer's keywords and intent; for an ood call only an
-    honest holding answer)."""
+    honest holding answer); a set's labels are read as the domain's ids (``topic_ids``)."""
     from rtgate.apps.voice.kb_eval import on_topic
 
     return on_topic(answer, topic or "ood", lang)
+
+
+def _label(topic: str | None) -> str | None:
+    """A set's topic label as the domain's id (``kb_eval.topic_ids``), ``None`` outside."""
+    from rtgate.apps.voice.kb_eval import topic_ids
+
+    ids = topic_ids(topic)
+    return None if ids == "ood" else str(ids)
+
+
+def _unknown(rows: list[dict[str, Any]]) -> list[str]:
+    """Topic labels of scored turns that no answer can be on (a set's labelling error)."""
+    from rtgate.apps.voice.kb_eval import unknown_topics
+
+    return sorted(
+        {t for r in rows if r["on_topic"] is not None for t in unknown_topics(r["topic"])}
+    )
 
 
 def _score(
@@ -384,10 +401,23 @@ def _score(
                 "decided_early": bool(early),
                 "bargein_stop_ms": None if stop_ms is None else round(stop_ms, 1),
                 "on_topic": None if turn.bargein else _kb_on_topic(answer, clip.topic, lang),
-                "on_topic_keywords": None if turn.bargein else keyword_on_topic(answer, clip.topic),
+                "on_topic_keywords": None
+                if turn.bargein
+                else keyword_on_topic(answer, _label(clip.topic)),
+                # the knowledge base's decision and the follow-up job (for the diagnosis)
+                "judge": call.agent.verdicts.get(n) if n is not None else None,
+                "followup_job": _job(call.agent.followups.get(n)) if n is not None else None,
             }
         )
     res.calls.append({"lang": lang, "voice": about, "turns": rows})
+
+
+def _job(job: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A follow-up job's record without its timings' noise (status, spoken, dropped)."""
+    if job is None:
+        return None
+    keys = ("status", "spoken", "dropped_as_repeat", "raw")
+    return {k: job.get(k) for k in keys}
 
 
 def _why_slow(call: VoiceCall, turn: Turn, end: TurnEndFrame | None, ms: float) -> dict[str, Any]:
@@ -454,6 +484,7 @@ async def _run(
     speculate: bool = False,
     hold: bool = True,
     eot: EotKind = "lm+text",
+    asr_prompt: bool = False,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     cfg = VoiceConfig(
@@ -464,6 +495,7 @@ async def _run(
         audio_turns=audio_turns,
         speculate=speculate,
         rules=None if hold else replace(TurnRules.for_model(eot), hold_rise_db=None),
+        asr_prompt=asr_prompt,
     )
     total = CallResult()
     serial: list[float] = []
@@ -534,6 +566,7 @@ def _report(
         "cut_ins_by_truth": cut,
         "by_lang": by_lang,
         "answer_on_topic_rate": _on_topic(rows)["rate"],
+        "unknown_topics": _unknown(rows),
         "answer_on_topic": _on_topic(rows),
         "interruption_rate": round(total.cut_ins / max(1, total.turns), 4),
         "serial_baseline": {
@@ -553,6 +586,7 @@ def _report(
         "speculate": cfg.speculate,
         "hold_rise_db": (cfg.rules or TurnRules.for_model(cfg.eot)).hold_rise_db,
         "asr_step_s": cfg.asr_step_s,
+        "asr_prompt": cfg.asr_prompt,
         "llm": cfg.llm,
         "cloud": "emulated cloud-70b (local model + CLOUD_70B latency)",
         "turn_end_rules": {k: total.rules.count(k) for k in sorted(set(total.rules))},
@@ -583,6 +617,7 @@ def run(
     speculate: bool = False,
     hold: bool = True,
     eot: EotKind = "lm+text",
+    asr_prompt: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report. With
     ``eval_dir`` the held-out calls there (``calls`` 0: all of them)."""
@@ -600,6 +635,7 @@ def run(
             speculate,
             hold,
             eot,
+            asr_prompt,
         )
     )
 

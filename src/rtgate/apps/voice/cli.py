@@ -252,6 +252,9 @@ def bench_voice(
     hold: bool = typer.Option(
         True, help="pause the agent when the caller's line rises (off: the ablation)"
     ),
+    asr_prompt: bool = typer.Option(
+        False, help="give the final decode the domain's words (off by default: docs/voice.md)"
+    ),
     eot: str = typer.Option(
         "lm+text",
         "--eot",
@@ -287,6 +290,7 @@ def bench_voice(
         speculate=speculate,
         hold=hold,
         eot="lm" if eot == "lm" else "lm+text",
+        asr_prompt=asr_prompt,
     )
     table = Table(title=f"voice bench: {report['calls']} calls, {report['turns']} turns")
     table.add_column("metric")
