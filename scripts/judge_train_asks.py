@@ -26,6 +26,7 @@ of tune + train2 + train3 from the multi-part ones (logistic model, 5 folds by a
 
 from __future__ import annotations
 
+import functools
 import itertools
 import pickle
 import sys
@@ -34,7 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from rtgate.apps.autocomplete.abstention import ASK_SETS, Row, fit_rows, gather, reread_scope
+from rtgate.apps.autocomplete.abstention import (
+    ASK_SETS,
+    Row,
+    fit_rows,
+    gather,
+    pool_rows,
+    reread_scope,
+)
 from rtgate.domains.loader import (
     SCOPE_TRAIN_ASKS,
     Ask,
@@ -43,6 +51,7 @@ from rtgate.domains.loader import (
     train_scope,
 )
 from rtgate.tiers.answerability import CalibratedJudge, feature_names, fit_judge
+from rtgate.tiers.semantic_scope import SemanticScope
 
 FIT = ("tune", "train2", "train3")
 VALIDATION = ("val", "val2", "val3", "eval6", "eval7")
@@ -51,26 +60,23 @@ Gathered = Mapping[str, tuple[list[Ask], list[Row]]]
 
 
 def _pool(g: Gathered, names: Sequence[str]) -> tuple[list[Ask], list[Row], list[str]]:
-    asks: list[Ask] = []
-    rows: list[Row] = []
-    of: list[str] = []
-    for n in names:
-        a, r = g[n]
-        base = len(asks)
-        asks += a
-        of += [n] * len(a)
-        rows += [Row(base + w.ask, w.prefix, w.kind, w.lang, (w.x or [])[:N_IN] or None,
-                     w.label, w.delegated_anyway, w.pause, w.semantic) for w in r]  # fmt: skip
+    """The sets named, pooled, each row's inputs cut to the judge's own."""
+    asks, rows, of = pool_rows({n: g[n] for n in names})
+    for r in rows:
+        r.x = (r.x or [])[:N_IN] or None
     return asks, rows, of
 
 
 def replay(
-    judge: CalibratedJudge, asks: Sequence[Ask], rows: Sequence[Row]
+    judge: CalibratedJudge,
+    asks: Sequence[Ask],
+    rows: Sequence[Row],
+    scope: SemanticScope | None = None,
 ) -> np.ndarray[Any, Any]:
     """Per ask, whether the engine would send it on: the judge (threshold, pause threshold,
-    scope bars) and the shipped semantic veto with its overrule (0.99 at the pause)."""
-    scope = load_semantic_scope()
-    assert scope is not None
+    scope bars) and the semantic veto (the shipped one unless ``scope``) with its overrule
+    (0.99 at the pause). Each row's inputs are cut to the judge's own."""
+    scope = scope or _shipped_scope()
     went = np.zeros(len(asks), dtype=bool)
     for r in rows:
         if r.delegated_anyway:
@@ -85,6 +91,13 @@ def replay(
         elif r.semantic is not None and scope.vetoes(r.semantic, pause=r.pause):
             went[r.ask] |= not p >= max(0.99 if r.pause else 0.0, r.semantic)
     return went
+
+
+@functools.cache
+def _shipped_scope() -> SemanticScope:
+    scope = load_semantic_scope()
+    assert scope is not None
+    return scope
 
 
 def shares(went: np.ndarray[Any, Any], asks: Sequence[Ask]) -> str:
@@ -120,10 +133,7 @@ def report(
 ) -> None:
     for n in names:
         asks, rows = g[n]
-        went = replay(judge, asks, [Row(r.ask, r.prefix, r.kind, r.lang,
-                                        (r.x or [])[:N_IN] or None, r.label,
-                                        r.delegated_anyway, r.pause, r.semantic)
-                                    for r in rows])  # fmt: skip
+        went = replay(judge, asks, rows)
         print(f"    {n:6s} {shares(went, asks)}")
     if weights:
         named = dict(zip(feature_names(), np.round(judge.coef, 3).tolist(), strict=True))
@@ -137,24 +147,12 @@ def reread(g: dict[str, tuple[list[Ask], list[Row]]]) -> None:
             reread_scope(g[name][1], train_scope(leave_out=(file,)))
 
 
-def _pooled(g: Gathered, names: Sequence[str]) -> tuple[list[Ask], list[Row]]:
-    asks: list[Ask] = []
-    rows: list[Row] = []
-    for n in names:
-        a, r = g[n]
-        base = len(asks)
-        asks += a
-        rows += [Row(base + w.ask, w.prefix, w.kind, w.lang, (w.x or [])[:N_IN] or None,
-                     w.label, w.delegated_anyway, w.pause) for w in r]  # fmt: skip
-    return asks, rows
-
-
 def points(g: Gathered) -> None:
     import math
 
     from rtgate.apps.autocomplete.abstention import _by_ask, _folds
 
-    asks, rows = _pooled(g, FIT)
+    asks, rows, _ = _pool(g, FIT)
     simple = np.asarray([a.kind == "simple" for a in asks])
     lab = [i for i, r in enumerate(rows) if r.label is not None and r.x is not None]
     pooled = fit_judge([rows[i].x or [] for i in lab], [rows[i].label or 0 for i in lab])
@@ -318,7 +316,7 @@ def trees(g: Gathered) -> None:
             seen[r.prefix] = signals(r.prefix)
         return [*(r.x or [])[:N_IN], *seen[r.prefix]]
 
-    asks, rows = _pooled(g, FIT)
+    asks, rows, _ = _pool(g, FIT)
     lab = [i for i, r in enumerate(rows) if r.x is not None and r.label is not None]
     answered = [i for i, r in enumerate(rows) if r.x is not None]
     xs = {i: inputs(rows[i]) for i in answered}

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from judge_train_asks import replay  # scripts/ is on the path when run as a script
 from sklearn.linear_model import LogisticRegression
 
 from rtgate.apps.autocomplete.abstention import (
@@ -35,7 +36,7 @@ from rtgate.apps.autocomplete.abstention import (
     pick_thresholds,
 )
 from rtgate.domains.loader import Ask, load_judge, load_semantic_scope
-from rtgate.tiers.answerability import expected_calibration_error, feature_names
+from rtgate.tiers.answerability import expected_calibration_error
 
 Probs = dict[str, dict[int, float]]
 Model = Callable[[Sequence[Row]], Probs]
@@ -234,24 +235,10 @@ def shipped(g: Mapping[str, tuple[list[Ask], list[Row]]]) -> None:
     """The shipped format-1 judge and its semantic veto, replayed."""
     judge, scope = load_judge(), load_semantic_scope()
     assert scope is not None
-    n_in = len(feature_names())
     print("shipped (format 1, semantic veto, overrule 0.99):")
     for n in ("tune", *VALIDATION):
         asks, rows = g[n]
-        went = np.zeros(len(asks), dtype=bool)
-        for r in rows:
-            if r.delegated_anyway:
-                went[r.ask] = True
-            if r.x is None:
-                continue
-            x = r.x[:n_in]
-            p = judge.probability(x)
-            t = judge.pause_threshold if r.pause and judge.pause_threshold else judge.threshold
-            if p < t or judge.vetoes(x):
-                went[r.ask] = True
-            elif r.semantic is not None and scope.vetoes(r.semantic, pause=r.pause):
-                went[r.ask] |= not p >= max(0.99 if r.pause else 0.0, r.semantic)
-        print(f"    {n}: {_shares(went, asks)}")
+        print(f"    {n}: {_shares(replay(judge, asks, rows, scope), asks)}")
 
 
 def main() -> None:

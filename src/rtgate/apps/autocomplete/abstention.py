@@ -42,7 +42,7 @@ import math
 import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,7 @@ __all__ = [
     "pick_pause_threshold",
     "pick_threshold",
     "pick_thresholds",
+    "pool_rows",
     "prefixes_of",
     "replay",
     "reread_scope",
@@ -460,6 +461,22 @@ def fit(
     return judge, report
 
 
+def pool_rows(
+    gathered: Mapping[str, tuple[Sequence[Ask], Sequence[Row]]],
+) -> tuple[list[Ask], list[Row], list[str]]:
+    """Every set's asks and rows as one: each row's ask index shifted past the asks of the
+    sets before it, and the name of the set each ask came from."""
+    asks: list[Ask] = []
+    rows: list[Row] = []
+    of: list[str] = []
+    for name, (set_asks, set_rows) in gathered.items():
+        base = len(asks)
+        asks += set_asks
+        of += [name] * len(set_asks)
+        rows += [replace(w, ask=base + w.ask) for w in set_rows]
+    return asks, rows, of
+
+
 def fit_rows(
     gathered: Mapping[str, tuple[Sequence[Ask], Sequence[Row]]],
     *,
@@ -471,15 +488,7 @@ def fit_rows(
     threshold, scope bars and pause threshold chosen on out-of-fold predictions (5 folds
     by ask) over the asks of ``pick_on`` (all sets by default). The judge it returns has
     no readers (ranker, scope …): :func:`fit` gives it the domain's."""
-    asks: list[Ask] = []
-    rows: list[Row] = []
-    of: list[str] = []
-    for name, (set_asks, set_rows) in gathered.items():
-        base = len(asks)
-        asks += set_asks
-        of += [name] * len(set_asks)
-        rows += [Row(base + w.ask, w.prefix, w.kind, w.lang, w.x, w.label, w.delegated_anyway,
-                     w.pause, w.semantic) for w in set_rows]  # fmt: skip
+    asks, rows, of = pool_rows(gathered)
     oof = _folds(rows)
     picks = set(gathered) if pick_on is None else set(pick_on)
     sub_asks, sub_rows, sub_p = _part(asks, rows, oof, [n in picks for n in of])
@@ -997,13 +1006,7 @@ def fit_single(
     reliability) and shares, per set and in all. ``local``: the local tier's keyword
     arguments the rows were gathered with, kept in the judge's meta (the engine builds
     its local tier so)."""
-    asks: list[Ask] = []
-    rows: list[Row] = []
-    for set_asks, set_rows in gathered.values():
-        base = len(asks)
-        asks += set_asks
-        rows += [Row(base + w.ask, w.prefix, w.kind, w.lang, w.x, w.label, w.delegated_anyway,
-                     w.pause, w.semantic) for w in set_rows]  # fmt: skip
+    asks, rows, _ = pool_rows(gathered)
     answered = [i for i, r in enumerate(rows) if r.x is not None]
     with_sem = [i for i in answered if rows[i].semantic is not None]
     groups = [rows[i].ask for i in answered]
