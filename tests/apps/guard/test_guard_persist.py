@@ -265,3 +265,17 @@ def test_a_faint_fault_the_detector_does_not_hear_is_stopped_by_default() -> Non
     assert _stops(scored, e, Rules(Rule(persist=0))) == []  # the calibrated detector: missed
     (at, rule), *_ = _stops(scored, e, Rules())
     assert onset <= at <= onset + 1.0 and "median>=" in rule
+
+
+def test_one_high_band_alone_is_not_a_hit_two_are() -> None:
+    """A tone (or its alias) lifts one band; a bearing's impacts are broadband up there."""
+    base = Baselines([_enrolment()], persist=[PERSIST_BAR])
+    one = _window()
+    one[0, HIGH[-1]] = 4 * PERSIST_BAR
+    assert not any(_hits(base, [one] * 60))
+    assert float(base.last_persist[0]) == 0.0  # the second-highest band did not move
+    base.reset()
+    two = one.copy()
+    two[0, HIGH[1]] = 1.5 * PERSIST_BAR
+    assert any(_hits(base, [two] * 60))
+    assert float(base.last_persist[0]) == pytest.approx(1.5 * PERSIST_BAR)

@@ -56,14 +56,15 @@ spectrum moves). It only adds hits.
 The steady rise (format /6, Session 14; the rules' ``persist`` clause, on by default at
 ``PERSIST_BAR``): the same high bands, but the *median* of each band's ``z`` over the last
 ``PERSIST_WINDOWS`` windows against the highest that median reached on the healthy recording
-(``persist_scale``, at least ``PERSIST_FLOOR``). A bearing fault puts impacts in nearly every
-20 ms window and moves the median; a handling knock or a benign impact moves one or two
-windows of the ring and not its median, where it moves an average by its whole size. Two
-vetoes: the slow clause's (the low bands' slow average over ``SLOW_VETO`` times their own
-range: a vehicle, a change of speed) and the bands just under the high ones
-(``PERSIST_MID``, 4.0-5.4 kHz) with their own median over ``PERSIST_MID_VETO`` times their
-range: a rise across 4-8 kHz alike is a hiss (compressed air), where a bearing's impacts
-lift the top bands far more than those under them. It only adds hits.
+(``persist_scale``, at least ``PERSIST_FLOOR``), the second-highest of the five bands (a
+bearing's impacts are broadband up there; one band alone may be a tone). A bearing fault
+puts impacts in nearly every 20 ms window and moves the median; a handling knock or a benign
+impact moves one or two windows of the ring and not its median, where it moves an average by
+its whole size. Two vetoes: the slow clause's (the low bands' slow average over
+``SLOW_VETO`` times their own range: a vehicle, a change of speed) and the bands just under
+the high ones (``PERSIST_MID``, 4.0-5.4 kHz) with their own median over ``PERSIST_MID_VETO``
+times their range: a rise across 4-8 kHz alike is a hiss (compressed air), where a bearing's
+impacts lift the top bands far more than those under them. It only adds hits.
 
 Files (:class:`EnrolmentStore`): one JSON file per station in a directory: the numbers, the
 provenance of the recording and the detector they belong to. Format /3 added
@@ -485,8 +486,8 @@ class Baselines:
     change of speed).
     ``persist``: per station, the rule's persist bar (``Rule.persist``, 0: off); a station with
     it and an enrolment of format /6 counts a window as a hit (``last_novel``) when its
-    steady statistic (``last_persist``: the highest over the ``SLOW_HIGH`` bands of the
-    median of ``z`` over the last ``PERSIST_WINDOWS`` windows, over the recording's highest)
+    steady statistic (``last_persist``: the second-highest over the ``SLOW_HIGH`` bands of
+    the median of ``z`` over the last ``PERSIST_WINDOWS`` windows, over the recording's highest)
     reaches the bar while the low bands' slow average is under ``SLOW_VETO`` times their own
     range and the ``PERSIST_MID`` bands' median under ``PERSIST_MID_VETO`` times theirs.
     """
@@ -679,7 +680,7 @@ class Baselines:
                 self._pos[idx] = (pos + 1) % PERSIST_WINDOWS
                 med = _median_last(self._ring[idx])
                 med *= self._pq_inv[idx]
-                v = med[:, _SPLIT:].max(axis=1)
+                v = _second_highest(med[:, _SPLIT:])
                 self.last_persist[idx] = v
                 calm &= med[:, :_SPLIT].max(axis=1) < np.float32(PERSIST_MID_VETO)
                 self.last_novel[idx] |= (v >= self.persist_threshold[idx]) & calm
@@ -732,7 +733,7 @@ class Baselines:
             work.partition(PERSIST_WINDOWS // 2, axis=2)
             med = work[:, :, PERSIST_WINDOWS // 2]
             med *= self._pq_inv
-            np.max(med[:, _SPLIT:], axis=1, out=self.last_persist)
+            self.last_persist[:] = _second_highest(med[:, _SPLIT:])
             np.max(med[:, :_SPLIT], axis=1, out=self._mid)
             self.last_novel |= (
                 (self.last_persist >= self.persist_threshold)
@@ -753,6 +754,13 @@ class Baselines:
             np.minimum(b, logits, out=b)
             np.maximum(g, b, out=g)
         return _sigmoid(scores, g, self.enrolled)
+
+
+def _second_highest(x: F32) -> F32:
+    """Per row, the second-highest value (a new array)."""
+    k = x.shape[1] - 2
+    out: F32 = np.partition(x, k, axis=1)[:, k]
+    return out
 
 
 def _median_last(x: F32) -> F32:
