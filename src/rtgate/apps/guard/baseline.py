@@ -166,8 +166,6 @@ PERSIST_FLOOR = 0.5  # in units of sd: the least a feature's median range is tak
 PERSIST_BAR = 6.0  # the rules' persist bar (Session 14; on by default)
 PERSIST_MID = slice(30, 35)  # the bands under the high ones (centres 4.0-5.4 kHz) that veto it
 PERSIST_MID_VETO = 3.0  # no persist hit while a mid band's median is this far over its own
-_RING = slice(PERSIST_MID.start, SLOW_HIGH.stop)  # the bands in the ring: mid, then high
-_SPLIT = PERSIST_MID.stop - PERSIST_MID.start  # the ring's first _SPLIT bands are the mid
 
 
 def default_enrolment_dir() -> Path:
@@ -584,20 +582,23 @@ class Baselines:
         pb = np.zeros(n, np.float32) if persist is None else np.asarray(persist, np.float32)
         if pb.shape != (n,):
             raise InvalidRequest(f"{len(pb)} persist bars for {n} stations")
-        ring = len(range(N_FEATURES)[_RING])
-        self._pq_inv = np.zeros((n, ring), np.float32)
+        high, mid = len(range(N_FEATURES)[SLOW_HIGH]), len(range(N_FEATURES)[PERSIST_MID])
+        self._pq_inv = np.zeros((n, high), np.float32)
+        self._pq_mid_inv = np.zeros((n, mid), np.float32)
         self.persist_threshold = np.full(n, np.inf, np.float32)
         for i, e in enumerate(enrolments):
             if e is not None and e.persist_scale is not None and pb[i] > 0:
                 assert e.slow_scale is not None  # Enrolment checks it: the veto's range
                 self._slow_a[i] = e.slow_alpha
                 self._slow_inv[i] = 1.0 / e.slow_scale
-                self._pq_inv[i] = 1.0 / e.persist_scale[_RING]
+                self._pq_inv[i] = 1.0 / e.persist_scale[SLOW_HIGH]
+                self._pq_mid_inv[i] = 1.0 / e.persist_scale[PERSIST_MID]
                 self.persist_threshold[i] = pb[i]
         self.persist_clause = bool(np.isfinite(self.persist_threshold).any())
         self.last_persist = np.zeros(n, np.float32)  # the steady statistic of the last window
-        self._ring = np.zeros((n, ring, PERSIST_WINDOWS), np.float32)
-        self._mid = np.zeros(n, np.float32)
+        # the rings of the high and of the mid bands' z (station, band, window)
+        self._ring = np.zeros((n, high, PERSIST_WINDOWS), np.float32)
+        self._ring_mid = np.zeros((n, mid, PERSIST_WINDOWS), np.float32)
         self._ring_work = np.zeros_like(self._ring)
         self._pos = np.zeros(n, np.int64)  # where each station's next window goes
         self._rows = np.arange(n)
@@ -630,6 +631,7 @@ class Baselines:
         self._m[sel] = 0.0
         self._ms[sel] = 0.0
         self._ring[sel] = 0.0
+        self._ring_mid[sel] = 0.0
         self._pos[sel] = 0
         self._level[sel] = self._level0[sel]
 
@@ -676,13 +678,13 @@ class Baselines:
             self.last_novel[idx] |= (u >= self.slow_threshold[idx]) & calm
             if self.persist_clause:
                 pos = self._pos[idx]
-                self._ring[idx, :, pos] = z[:, _RING]
+                self._ring[idx, :, pos] = z[:, SLOW_HIGH]
+                self._ring_mid[idx, :, pos] = z[:, PERSIST_MID]
                 self._pos[idx] = (pos + 1) % PERSIST_WINDOWS
-                med = _median_last(self._ring[idx])
-                med *= self._pq_inv[idx]
-                v = _second_highest(med[:, _SPLIT:])
+                v = _second_highest(_median_last(self._ring[idx]) * self._pq_inv[idx])
                 self.last_persist[idx] = v
-                calm &= med[:, :_SPLIT].max(axis=1) < np.float32(PERSIST_MID_VETO)
+                mid = _median_last(self._ring_mid[idx]) * self._pq_mid_inv[idx]
+                calm &= mid.max(axis=1) < np.float32(PERSIST_MID_VETO)
                 self.last_novel[idx] |= (v >= self.persist_threshold[idx]) & calm
         g = np.clip(peak * self._gate_a[idx] - self._gate_b[idx], 0.0, 1.0)
         out = logits - self._cal[idx] + self._span[idx] * g - self._shift[idx]
@@ -699,7 +701,8 @@ class Baselines:
         z *= self._inv_sd
         own = _rowdot(np.clip(z, -Z_CLIP, Z_CLIP), self._own_wz) if self.own_model else None
         if self.persist_clause:  # the ring of the high bands' z (before z is reused)
-            self._ring[self._rows, :, self._pos] = z[:, _RING]
+            self._ring[self._rows, :, self._pos] = z[:, SLOW_HIGH]
+            self._ring_mid[self._rows, :, self._pos] = z[:, PERSIST_MID]
             self._pos += 1
             self._pos %= PERSIST_WINDOWS
         if self._ema:  # ms += a (z - ms); u = max(ms / scale) over the high bands
@@ -733,13 +736,15 @@ class Baselines:
             work.partition(PERSIST_WINDOWS // 2, axis=2)
             med = work[:, :, PERSIST_WINDOWS // 2]
             med *= self._pq_inv
-            self.last_persist[:] = _second_highest(med[:, _SPLIT:])
-            np.max(med[:, :_SPLIT], axis=1, out=self._mid)
-            self.last_novel |= (
-                (self.last_persist >= self.persist_threshold)
-                & (self._slow_low < np.float32(SLOW_VETO))
-                & (self._mid < np.float32(PERSIST_MID_VETO))
+            self.last_persist[:] = _second_highest(med)
+            over = (self.last_persist >= self.persist_threshold) & (
+                self._slow_low < np.float32(SLOW_VETO)
             )
+            rows = np.flatnonzero(over)
+            if len(rows):  # the mid bands' veto, only where the high ones reach the bar
+                mid = _median_last(self._ring_mid[rows]) * self._pq_mid_inv[rows]
+                over[rows] = mid.max(axis=1) < np.float32(PERSIST_MID_VETO)
+            self.last_novel |= over
         g -= self._gate_b
         np.clip(g, 0.0, 1.0, out=g)
         g *= self._span
