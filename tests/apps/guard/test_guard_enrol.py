@@ -153,20 +153,28 @@ def test_provenance_is_stored_and_reported(
         "sources": [str(enrol), str(tmp_path / "more48k.wav")],
         "rhythm_max": doc["model"]["rhythm"]["max"],
         "detector_logit_max": doc["model"]["detector_logit"]["max"],
+        "slow_range": True,
+        "median_range": True,
     }
-    assert doc["format"] == "rtgate-guard-enrolment/3"  # no slow range unless asked
+    # by default the median's range (and the slow range its veto needs): format /6
+    assert doc["format"] == "rtgate-guard-enrolment/6"
+    assert len(doc["model"]["persist"]["scale"]) == 46 and len(doc["model"]["slow"]["scale"]) == 46
 
 
 def test_slow_range_writes_format_5_and_scan_says_so(
     odd_recording: tuple[Path, Path], tmp_path: Path
 ) -> None:
     enrol, later = odd_recording
-    res = _enroll("--station", "M7", "--out", str(tmp_path), "--slow-range", str(enrol))
+    args = ("--station", "M7", "--out", str(tmp_path), "--no-median-range")
+    res = _enroll(*args, "--slow-range", str(enrol))
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "M7.json").read_text())
     assert doc["format"] == "rtgate-guard-enrolment/5" and len(doc["model"]["slow"]["scale"]) == 46
     out, _ = _scan(later, "M7", tmp_path)
-    assert out["enrolment"]["slow_range"] is True
+    assert out["enrolment"]["slow_range"] is True and "median_range" not in out["enrolment"]
+    res = _enroll(*args, str(enrol))  # neither: format /3, as before Session 13
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "M7.json").read_text())["format"] == "rtgate-guard-enrolment/3"
 
 
 def test_minutes_caps_the_audio_used(odd_recording: tuple[Path, Path], tmp_path: Path) -> None:

@@ -215,8 +215,8 @@ def test_a_faint_fault_the_detector_does_not_hear_is_stopped_by_the_slow_clause(
     assert st.machine.family == "screw compressor" and st.fault == "ball"
     cut = 30 * RATE
     rec = listen([(Source("c", "file", RATE), iter([st.audio[:cut]]))], Detector(), 60.0)
-    assert fit("C", rec, accept_stops=True).enrolment.slow_scale is None  # by default: /3
-    fitted = fit("C", rec, accept_stops=True, slow=True)
+    assert fit("C", rec, accept_stops=True, persist=False).enrolment.slow_scale is None  # /3
+    fitted = fit("C", rec, accept_stops=True, slow=True, persist=False)
     e = fitted.enrolment
     assert e.slow_scale is not None and e.general["stops"] > 0  # what enroll would refuse
     assert json.loads(e.to_json())["format"] == FORMAT_SLOW
@@ -231,7 +231,7 @@ def test_a_faint_fault_the_detector_does_not_hear_is_stopped_by_the_slow_clause(
                 return stops[0].message.window_end_ts, stops[0].message.rule
         return None
 
-    assert first_stop(Rules()) is None  # the calibrated detector alone (the default): missed
+    assert first_stop(Rules(Rule(persist=0))) is None  # the calibrated detector alone: missed
     got = first_stop(Rules(Rule(slow=SLOW_BAR)))
     assert got is not None
     at, rule = got

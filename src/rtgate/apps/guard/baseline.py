@@ -53,12 +53,26 @@ machine), and a hit when it reaches the rule's bar while no low band (``SLOW_LOW
 ``SLOW_VETO`` times its own range (a forklift passing, a change of speed: the whole
 spectrum moves). It only adds hits.
 
+The steady rise (format /6, Session 14; the rules' ``persist`` clause, on by default at
+``PERSIST_BAR``): the same high bands, but the *median* of each band's ``z`` over the last
+``PERSIST_WINDOWS`` windows against the highest that median reached on the healthy recording
+(``persist_scale``, at least ``PERSIST_FLOOR``), the second-highest of the five bands (a
+bearing's impacts are broadband up there; one band alone may be a tone). A bearing fault
+puts impacts in nearly every 20 ms window and moves the median; a handling knock or a benign
+impact moves one or two windows of the ring and not its median, where it moves an average by
+its whole size. Two vetoes: the slow clause's (the low bands' slow average over
+``SLOW_VETO`` times their own range: a vehicle, a change of speed) and the bands just under
+the high ones (``PERSIST_MID``, 4.0-5.4 kHz) with their own median over ``PERSIST_MID_VETO``
+times their range: a rise across 4-8 kHz alike is a hiss (compressed air), where a bearing's
+impacts lift the top bands far more than those under them. It only adds hits.
+
 Files (:class:`EnrolmentStore`): one JSON file per station in a directory: the numbers, the
 provenance of the recording and the detector they belong to. Format /3 added
 ``detector_logit``; files of format /1 and /2 load without it and decide as before it.
 Format /4 is /3 with ``station_model`` (its weights, bias, bar and their sha256: a file whose
 numbers do not match is refused); an enrolment without one is still written as /3. Format
-/5 is /3, or /4, with ``slow`` (``alpha`` and ``scale``, the slow range). The
+/5 is /3, or /4, with ``slow`` (``alpha`` and ``scale``, the slow range). Format /6 is /5
+with ``persist`` (``windows`` and ``scale``: the median's range per feature). The
 directory is ``--enrolments DIR``, else ``$RTGATE_GUARD_ENROLMENTS``, else
 ``$XDG_DATA_HOME/rtgate/enrolments`` (``~/.local/share/rtgate/enrolments``).
 """
@@ -91,10 +105,16 @@ __all__ = [
     "FORMATS",
     "FORMAT_MODEL",
     "FORMAT_SLOW",
+    "FORMAT_STEADY",
     "GATE_HIGH",
     "GATE_LOW",
     "JUMP",
     "LOGIT_BOUND",
+    "PERSIST_BAR",
+    "PERSIST_FLOOR",
+    "PERSIST_MID",
+    "PERSIST_MID_VETO",
+    "PERSIST_WINDOWS",
     "RHYTHM_FLOOR",
     "RHYTHM_MARGIN",
     "SHIFT_MAX",
@@ -115,12 +135,14 @@ F32 = npt.NDArray[np.float32]
 FORMAT = "rtgate-guard-enrolment/3"  # /2 added the rhythm's range, /3 the detector's
 FORMAT_MODEL = "rtgate-guard-enrolment/4"  # /4: /3 and the station's own model
 FORMAT_SLOW = "rtgate-guard-enrolment/5"  # /5: /3 or /4 and the slow range per feature
+FORMAT_STEADY = "rtgate-guard-enrolment/6"  # /6: /5 and the running median's range
 FORMATS = (
     "rtgate-guard-enrolment/1",
     "rtgate-guard-enrolment/2",
     FORMAT,
     FORMAT_MODEL,
     FORMAT_SLOW,
+    FORMAT_STEADY,
 )
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
@@ -139,6 +161,11 @@ SLOW_BAR = 6.0  # the rules' slow bar chosen on validation (Session 13; off by d
 SLOW_HIGH = slice(35, 40)  # the log-mel bands it watches (centres 5.7-7.5 kHz): impacts ring
 SLOW_LOW = slice(0, 30)  # the bands that veto it (centres up to 3.8 kHz)
 SLOW_VETO = 1.5  # no slow hit while a low band's slow average is this far over its own
+PERSIST_WINDOWS = 31  # the running median of the high bands' z: the last 31 windows (0.62 s)
+PERSIST_FLOOR = 0.5  # in units of sd: the least a feature's median range is taken to be
+PERSIST_BAR = 6.0  # the rules' persist bar (Session 14; on by default)
+PERSIST_MID = slice(30, 35)  # the bands under the high ones (centres 4.0-5.4 kHz) that veto it
+PERSIST_MID_VETO = 3.0  # no persist hit while a mid band's median is this far over its own
 
 
 def default_enrolment_dir() -> Path:
@@ -191,6 +218,7 @@ class Enrolment:
     station_model: StationModel | None = None
     slow_scale: F32 | None = None
     slow_alpha: float = SLOW_ALPHA
+    persist_scale: F32 | None = None
 
     def __post_init__(self) -> None:
         where = f"enrolment of {self.station!r}"
@@ -220,6 +248,16 @@ class Enrolment:
                 )
             if not 0.0 < self.slow_alpha <= 1.0:
                 raise ConfigError(f"{where}: the slow average's alpha must be in (0, 1]")
+        if self.persist_scale is not None:
+            ps = np.asarray(self.persist_scale)
+            if self.slow_scale is None:
+                raise ConfigError(f"{where}: the median's range needs the slow range (its veto)")
+            if ps.shape != (N_FEATURES,) or not (
+                np.isfinite(ps).all() and ps.min() >= PERSIST_FLOOR
+            ):
+                raise ConfigError(
+                    f"{where}: the median's range needs {N_FEATURES} numbers >= {PERSIST_FLOOR}"
+                )
 
     @property
     def rhythm_max(self) -> float | None:
@@ -259,6 +297,10 @@ class Enrolment:
             h.update(self.station_model.digest.encode())
         if self.slow_scale is not None:  # files of format /3 and /4 keep their id
             h.update(np.asarray(self.slow_scale, "<f4").tobytes() + f"{self.slow_alpha!r}".encode())
+        if self.persist_scale is not None:  # files of format /5 keep their id
+            h.update(
+                np.asarray(self.persist_scale, "<f4").tobytes() + f"/{PERSIST_WINDOWS}".encode()
+            )
         return h.hexdigest()[:12]
 
     def summary(self) -> dict[str, Any]:
@@ -273,15 +315,20 @@ class Enrolment:
         }
         if self.station_model is not None:  # format /4 only: the others report as before
             out["station_model"] = True
-        if self.slow_scale is not None:  # format /5 only
+        if self.slow_scale is not None:  # formats /5 and /6 only
             out["slow_range"] = True
+        if self.persist_scale is not None:  # format /6 only
+            out["median_range"] = True
         return out
 
     def to_json(self) -> str:
-        """The file's text: format /3, /4 with a station model, /5 with the slow range."""
+        """The file's text: format /3, /4 with a station model, /5 with the slow range, /6
+        with the median's range too."""
         fmt = FORMAT if self.station_model is None else FORMAT_MODEL
+        if self.slow_scale is not None:
+            fmt = FORMAT_SLOW if self.persist_scale is None else FORMAT_STEADY
         doc: dict[str, Any] = {
-            "format": fmt if self.slow_scale is None else FORMAT_SLOW,
+            "format": fmt,
             "station": self.station,
             "created": self.created,
             "provenance": dict(self.provenance),
@@ -301,6 +348,11 @@ class Enrolment:
             doc["model"]["slow"] = {
                 "alpha": self.slow_alpha,
                 "scale": [float(x) for x in self.slow_scale],
+            }
+        if self.persist_scale is not None:
+            doc["model"]["persist"] = {
+                "windows": PERSIST_WINDOWS,
+                "scale": [float(x) for x in self.persist_scale],
             }
         return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
 
@@ -324,10 +376,10 @@ class Enrolment:
         own = None
         if doc["format"] == FORMAT_MODEL and "station_model" not in model:
             raise ConfigError(f"{where}: a file of format {FORMAT_MODEL} needs a station_model")
-        if doc["format"] in (FORMAT_MODEL, FORMAT_SLOW) and "station_model" in model:
+        if doc["format"] in (FORMAT_MODEL, FORMAT_SLOW, FORMAT_STEADY) and "station_model" in model:
             own = StationModel.from_record(model["station_model"], where)  # older: none
         slow_scale, slow_alpha = None, SLOW_ALPHA
-        if doc["format"] == FORMAT_SLOW:  # older formats: no slow range, as before
+        if doc["format"] in (FORMAT_SLOW, FORMAT_STEADY):  # older: no slow range, as before
             slow = model.get("slow")
             if not isinstance(slow, dict):
                 raise ConfigError(f"{where}: a file of format {FORMAT_SLOW} needs a slow range")
@@ -335,6 +387,17 @@ class Enrolment:
             slow_alpha = slow.get("alpha", SLOW_ALPHA)
             if not isinstance(slow_alpha, int | float):
                 raise ConfigError(f"{where}: the slow average's alpha must be a number")
+        persist_scale = None
+        if doc["format"] == FORMAT_STEADY:  # older formats: no median's range, as before
+            persist = model.get("persist")
+            if not isinstance(persist, dict):
+                raise ConfigError(f"{where}: a file of format {FORMAT_STEADY} needs a median range")
+            if persist.get("windows") != PERSIST_WINDOWS:
+                raise ConfigError(
+                    f"{where}: a median over {persist.get('windows')!r} windows; this version "
+                    f"uses {PERSIST_WINDOWS}: enrol the station again"
+                )
+            persist_scale = _vector(persist, "scale", where)
         try:
             return cls(
                 station,
@@ -350,6 +413,7 @@ class Enrolment:
                 own,
                 slow_scale,
                 float(slow_alpha),
+                persist_scale,
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ConfigError):
@@ -418,6 +482,12 @@ class Baselines:
     of ``z`` over the recording's highest) reaches the bar while no ``SLOW_LOW`` band's is
     ``SLOW_VETO`` times over its own (something else is going on: a vehicle passing, a
     change of speed).
+    ``persist``: per station, the rule's persist bar (``Rule.persist``, 0: off); a station with
+    it and an enrolment of format /6 counts a window as a hit (``last_novel``) when its
+    steady statistic (``last_persist``: the second-highest over the ``SLOW_HIGH`` bands of
+    the median of ``z`` over the last ``PERSIST_WINDOWS`` windows, over the recording's highest)
+    reaches the bar while the low bands' slow average is under ``SLOW_VETO`` times their own
+    range and the ``PERSIST_MID`` bands' median under ``PERSIST_MID_VETO`` times theirs.
     """
 
     def __init__(
@@ -427,6 +497,7 @@ class Baselines:
         rhythm: Sequence[float] | None = None,
         thresholds: Sequence[float] | None = None,
         slow: Sequence[float] | None = None,
+        persist: Sequence[float] | None = None,
     ) -> None:
         n = len(enrolments)
         self.enrolments = list(enrolments)
@@ -507,10 +578,37 @@ class Baselines:
                 self.slow_threshold[i] = bars[i]
         self.slow_clause = bool(np.isfinite(self.slow_threshold).any())
         self.last_slow = np.zeros(n, np.float32)  # the slow statistic of the last window
+        # the steady rise (format /6): a ring of the high bands' z, its median per band
+        pb = np.zeros(n, np.float32) if persist is None else np.asarray(persist, np.float32)
+        if pb.shape != (n,):
+            raise InvalidRequest(f"{len(pb)} persist bars for {n} stations")
+        high, mid = len(range(N_FEATURES)[SLOW_HIGH]), len(range(N_FEATURES)[PERSIST_MID])
+        self._pq_inv = np.zeros((n, high), np.float32)
+        self._pq_mid_inv = np.zeros((n, mid), np.float32)
+        self.persist_threshold = np.full(n, np.inf, np.float32)
+        for i, e in enumerate(enrolments):
+            if e is not None and e.persist_scale is not None and pb[i] > 0:
+                assert e.slow_scale is not None  # Enrolment checks it: the veto's range
+                self._slow_a[i] = e.slow_alpha
+                self._slow_inv[i] = 1.0 / e.slow_scale
+                self._pq_inv[i] = 1.0 / e.persist_scale[SLOW_HIGH]
+                self._pq_mid_inv[i] = 1.0 / e.persist_scale[PERSIST_MID]
+                self.persist_threshold[i] = pb[i]
+        self.persist_clause = bool(np.isfinite(self.persist_threshold).any())
+        self.last_persist = np.zeros(n, np.float32)  # the steady statistic of the last window
+        # the rings of the high and of the mid bands' z (station, band, window)
+        self._ring = np.zeros((n, high, PERSIST_WINDOWS), np.float32)
+        self._ring_mid = np.zeros((n, mid, PERSIST_WINDOWS), np.float32)
+        self._ring_work = np.zeros_like(self._ring)
+        self._pos = np.zeros(n, np.int64)  # where each station's next window goes
+        self._rows = np.arange(n)
+        self._ema = self.slow_clause or self.persist_clause  # the slow average (and veto)
         self._ms = np.zeros((n, N_FEATURES), np.float32)
         self._ts = np.zeros((n, N_FEATURES), np.float32)
         self._slow_low = np.zeros(n, np.float32)
-        self.novelty_clause = self.novelty_clause or self.own_model or self.slow_clause
+        self.novelty_clause = (
+            self.novelty_clause or self.own_model or self.slow_clause or self.persist_clause
+        )
         self._level = self._level0.copy()
         self._m = np.zeros((n, N_FEATURES), np.float32)
         self._z = np.zeros((n, N_FEATURES), np.float32)
@@ -532,6 +630,9 @@ class Baselines:
         sel = slice(None) if stream is None else stream
         self._m[sel] = 0.0
         self._ms[sel] = 0.0
+        self._ring[sel] = 0.0
+        self._ring_mid[sel] = 0.0
+        self._pos[sel] = 0
         self._level[sel] = self._level0[sel]
 
     def adjust(
@@ -566,7 +667,7 @@ class Baselines:
             own += self._own_b[idx]
             self.last_own[idx] = own
             self.last_novel[idx] |= own >= self.own_threshold[idx]
-        if self.slow_clause:
+        if self._ema:
             ms = self._ms[idx]
             ms += self._slow_a[idx] * (z - ms)
             self._ms[idx] = ms
@@ -575,6 +676,16 @@ class Baselines:
             self.last_slow[idx] = u
             calm = ts[:, SLOW_LOW].max(axis=1) < np.float32(SLOW_VETO)
             self.last_novel[idx] |= (u >= self.slow_threshold[idx]) & calm
+            if self.persist_clause:
+                pos = self._pos[idx]
+                self._ring[idx, :, pos] = z[:, SLOW_HIGH]
+                self._ring_mid[idx, :, pos] = z[:, PERSIST_MID]
+                self._pos[idx] = (pos + 1) % PERSIST_WINDOWS
+                v = _second_highest(_median_last(self._ring[idx]) * self._pq_inv[idx])
+                self.last_persist[idx] = v
+                mid = _median_last(self._ring_mid[idx]) * self._pq_mid_inv[idx]
+                calm &= mid.max(axis=1) < np.float32(PERSIST_MID_VETO)
+                self.last_novel[idx] |= (v >= self.persist_threshold[idx]) & calm
         g = np.clip(peak * self._gate_a[idx] - self._gate_b[idx], 0.0, 1.0)
         out = logits - self._cal[idx] + self._span[idx] * g - self._shift[idx]
         if self.calibrated:
@@ -589,7 +700,12 @@ class Baselines:
         np.subtract(features, self._mean, out=z)
         z *= self._inv_sd
         own = _rowdot(np.clip(z, -Z_CLIP, Z_CLIP), self._own_wz) if self.own_model else None
-        if self.slow_clause:  # ms += a (z - ms); u = max(ms / scale) over the high bands
+        if self.persist_clause:  # the ring of the high bands' z (before z is reused)
+            self._ring[self._rows, :, self._pos] = z[:, SLOW_HIGH]
+            self._ring_mid[self._rows, :, self._pos] = z[:, PERSIST_MID]
+            self._pos += 1
+            self._pos %= PERSIST_WINDOWS
+        if self._ema:  # ms += a (z - ms); u = max(ms / scale) over the high bands
             ts = self._ts
             np.subtract(z, self._ms, out=ts)
             ts *= self._slow_a
@@ -614,6 +730,21 @@ class Baselines:
             self.last_novel |= (self.last_slow >= self.slow_threshold) & (
                 self._slow_low < np.float32(SLOW_VETO)
             )
+        if self.persist_clause:  # the median of each high band over the ring
+            work = self._ring_work
+            np.copyto(work, self._ring)
+            work.partition(PERSIST_WINDOWS // 2, axis=2)
+            med = work[:, :, PERSIST_WINDOWS // 2]
+            med *= self._pq_inv
+            self.last_persist[:] = _second_highest(med)
+            over = (self.last_persist >= self.persist_threshold) & (
+                self._slow_low < np.float32(SLOW_VETO)
+            )
+            rows = np.flatnonzero(over)
+            if len(rows):  # the mid bands' veto, only where the high ones reach the bar
+                mid = _median_last(self._ring_mid[rows]) * self._pq_mid_inv[rows]
+                over[rows] = mid.max(axis=1) < np.float32(PERSIST_MID_VETO)
+            self.last_novel |= over
         g -= self._gate_b
         np.clip(g, 0.0, 1.0, out=g)
         g *= self._span
@@ -628,6 +759,20 @@ class Baselines:
             np.minimum(b, logits, out=b)
             np.maximum(g, b, out=g)
         return _sigmoid(scores, g, self.enrolled)
+
+
+def _second_highest(x: F32) -> F32:
+    """Per row, the second-highest value (a new array)."""
+    k = x.shape[1] - 2
+    out: F32 = np.partition(x, k, axis=1)[:, k]
+    return out
+
+
+def _median_last(x: F32) -> F32:
+    """The median over the last axis (of odd length), a new array without it."""
+    k = x.shape[-1] // 2
+    out: F32 = np.partition(x, k, axis=-1)[..., k]
+    return out
 
 
 def _rowdot(a: F32, b: F32) -> F32:

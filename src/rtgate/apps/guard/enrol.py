@@ -38,6 +38,8 @@ from rtgate.apps.guard.baseline import (
     JUMP,
     LOGIT_BOUND,
     NOVELTY_FLOOR,
+    PERSIST_FLOOR,
+    PERSIST_WINDOWS,
     SD_FLOOR,
     SHIFT_MAX,
     SLOW_ALPHA,
@@ -72,6 +74,7 @@ __all__ = [
     "file_source",
     "fit",
     "listen",
+    "persist_range",
     "rhythm_range",
     "slow_range",
 ]
@@ -247,7 +250,9 @@ def _general(rec: Recording, rule: Rule) -> dict[str, Any]:
 def _replay(rec: Recording, enrolment: Enrolment, rule: Rule) -> tuple[F32, int]:
     """The recording through the enrolled station's baseline: its novelty per window
     (``r``, before any scale: pass ``novelty_scale=1``) and the stops the rule then makes."""
-    base = Baselines([enrolment], thresholds=[rule.threshold], slow=[rule.slow])
+    base = Baselines(
+        [enrolment], thresholds=[rule.threshold], slow=[rule.slow], persist=[rule.persist]
+    )
     logits = _logits(rec)
     novelty = np.zeros(len(rec.scores), np.float32)
     stops = 0
@@ -258,7 +263,7 @@ def _replay(rec: Recording, enrolment: Enrolment, rule: Rule) -> tuple[F32, int]
             f, s = rec.features[t : t + 1], rec.scores[t : t + 1]
             s = base.adjust(f, s, None, logits[t : t + 1])
             novelty[t] = base.last_novelty[0]
-            own = base.last_novel if base.own_model else None  # the station model's hits
+            own = base.last_novel if base.novelty_clause else None  # its own hits
             stops += len(eng.feed(s, (t - a + 1) * HOP / RATE, None, own))
     return novelty, stops
 
@@ -325,6 +330,28 @@ def slow_range(rec: Recording, mean: F32, sd: F32, alpha: float = SLOW_ALPHA) ->
     return out
 
 
+def persist_range(rec: Recording, mean: F32, sd: F32) -> F32 | None:
+    """Per feature, the highest the median of ``z = (features - mean) / sd`` over the last
+    ``PERSIST_WINDOWS`` windows (a ring of zeros at each segment's start, as a run has)
+    reached on ``rec`` once the ring is full, at least ``PERSIST_FLOOR``; None when no
+    segment is longer than the ring."""
+    w, k = PERSIST_WINDOWS, PERSIST_WINDOWS // 2
+    inv = np.float32(1.0) / sd
+    top = np.full(N_FEATURES, -np.inf, np.float32)
+    for a, b in rec.segments:
+        if b - a <= w:
+            continue
+        z = (rec.features[a:b] - mean) * inv
+        pad = np.concatenate([np.zeros((w - 1, N_FEATURES), np.float32), z])
+        for s in range(w - 1, b - a, 512):  # blocks of windows: (block, features, w) at a time
+            view = np.lib.stride_tricks.sliding_window_view(pad[s : s + 512 + w - 1], w, axis=0)
+            np.maximum(top, np.partition(view, k, axis=2)[:, :, k].max(axis=0), out=top)
+    if not np.isfinite(top).all():
+        return None
+    out: F32 = np.maximum(top, np.float32(PERSIST_FLOOR)).astype(np.float32)
+    return out
+
+
 def _check(station: str, rec: Recording, general: dict[str, Any], accept_stops: bool) -> None:
     """Refuse what must not become a station's normal (:class:`InvalidRequest`)."""
     if rec.seconds < MIN_SECONDS:
@@ -375,6 +402,7 @@ def fit(
     extra: dict[str, Any] | None = None,
     station_model: bool = False,
     slow: bool = False,
+    persist: bool = True,
 ) -> Fitted:
     """Measure ``station``'s normal on ``rec`` (see the module doc for what is refused:
     :class:`InvalidRequest`). ``detector``: the one that made the scores, for the
@@ -382,7 +410,8 @@ def fit(
     ``station_model``: also fit the station's own model on ``rec.audio``
     (``station_model.py``; the enrolment is then of format /4); ``slow``: measure the
     station's slow range (``slow_range``; format /5; a station with no segment of over
-    ``3 / SLOW_ALPHA`` windows gets none)."""
+    ``3 / SLOW_ALPHA`` windows gets none); ``persist`` (the default): the median's range too
+    (``persist_range``, and the slow range its veto needs; format /6)."""
     rule = rule or Rule()
     general = _general(rec, rule) if rec.seconds >= MIN_SECONDS else {}
     _check(station, rec, general, accept_stops)
@@ -406,6 +435,8 @@ def fit(
             raise InvalidRequest("a station model needs the recording's audio (listen keep_audio)")
         seed = int(hashlib.sha256(station.encode()).hexdigest()[:8], 16)
         own = fit_station_model(rec.audio, mean, sd, seed=seed)
+    slow_scale = slow_range(rec, mean, sd) if slow or persist else None
+    persist_scale = persist_range(rec, mean, sd) if persist and slow_scale is not None else None
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     general["accepted_stops"] = bool(general["stops"])
     enrolment = Enrolment(
@@ -420,7 +451,9 @@ def fit(
         rhythm_range(rec),
         detector_range(rec),
         own,
-        slow_range(rec, mean, sd) if slow else None,
+        slow_scale,
+        SLOW_ALPHA,
+        persist_scale,
     )
     _, residual = _replay(rec, enrolment, rule)
     enrolment = replace(enrolment, general={**general, "stops_with_enrolment": residual})

@@ -144,7 +144,16 @@ def enroll(
         typer.Option(
             "--slow-range",
             help="also measure the station's slow range (format /5), for the rules' slow "
-            "clause (slow = 6 in a rules file; off by default)",
+            "clause (slow = 6 in a rules file; off by default); the median's range, stored "
+            "by default, stores it too",
+        ),
+    ] = False,
+    no_median_range: Annotated[
+        bool,
+        typer.Option(
+            "--no-median-range",
+            help="do not measure the median's range of the high bands (format /6, what the "
+            "rules' persist clause, on by default, needs): the file is then /3, /4 or /5",
         ),
     ] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the summary here")] = None,
@@ -180,6 +189,7 @@ def enroll(
             extra=extra,
             station_model=station_model,
             slow=slow_range,
+            persist=not no_median_range,
         )
         path = store.save(fitted.enrolment)
     except RtgateError as e:

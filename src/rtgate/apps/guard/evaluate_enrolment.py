@@ -21,7 +21,10 @@ rules, all stations in one batch, as ``guard run`` does. Three ways:
 - ``enrolled_novelty_N``: as ``enrolled``, with the rules' novelty clause at N;
 - ``enrolled_slow``, ``enrolled_accepting_stops_slow``: as ``enrolled`` and
   ``enrolled_accepting_stops``, with the rules' slow clause at ``baseline.SLOW_BAR``
-  (``Rule.slow``; off by default).
+  (``Rule.slow``; off by default) and without the persist clause (Session 13's way);
+- ``enrolled_no_persist``, ``enrolled_accepting_stops_no_persist``: the enrolled ways
+  without the persist clause (``Rule.persist``, on by default since Session 14): the
+  decision before it.
 
 Reported per way, overall and per family (shaft speed, housing resonance, extra noise):
 false stops (and on how many stations), misses (a false stop's cool-down may cost a fault),
@@ -258,6 +261,7 @@ def _run(
         [r.rhythm for r in per],
         [r.threshold for r in per],
         [r.slow for r in per],
+        [r.persist for r in per],
     )
     eng = RuleEngine(rules, names)
     seen = np.zeros((n, fleet.score_w), np.float32)
@@ -377,8 +381,13 @@ def evaluate_enrolment(
         "enrolled": (accepted, Rules()),
         "enrolled_accepting_stops": (list(fitted), Rules()),
         "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
-        "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR))),
-        "enrolled_accepting_stops_slow": (list(fitted), Rules(Rule(slow=SLOW_BAR))),
+        "enrolled_no_persist": (accepted, Rules(Rule(persist=0))),
+        "enrolled_accepting_stops_no_persist": (list(fitted), Rules(Rule(persist=0))),
+        "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR, persist=0))),
+        "enrolled_accepting_stops_slow": (
+            list(fitted),
+            Rules(Rule(slow=SLOW_BAR, persist=0)),
+        ),
     }
     if novelty:
         ways[f"enrolled_novelty_{novelty:g}"] = (accepted, Rules(Rule(novelty=novelty)))
@@ -388,6 +397,10 @@ def evaluate_enrolment(
             Rules(),
         )
         ways["enrolled_accepting_stops_station_model"] = (list(own), Rules())
+        ways["enrolled_accepting_stops_station_model_no_persist"] = (
+            list(own),
+            Rules(Rule(persist=0)),
+        )
     report: dict[str, Any] = {
         "seed": seed,
         "population": population,

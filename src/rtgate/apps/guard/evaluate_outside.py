@@ -9,7 +9,12 @@ through the detector, the baselines and the rules, all stations in one batch. Th
 two enrolled ways again with the rules' rhythm clause at ``baseline.RHYTHM_MARGIN``
 (``enrolled_rhythm``, ``enrolled_accepting_stops_rhythm``; ``rhythm.py``, off by default),
 and with the rules' slow clause at ``baseline.SLOW_BAR`` (``enrolled_slow``,
-``enrolled_accepting_stops_slow``; off by default, Session 13).
+``enrolled_accepting_stops_slow``; off by default, Session 13, without the persist clause),
+and without the persist clause that is on by default since Session 14
+(``enrolled_no_persist``, ``enrolled_accepting_stops_no_persist``: the decision before it).
+With ``station_model``, ``enrolled_accepting_stops_station_model`` is the station's own
+model *and* the persist clause (the default rule), ``..._station_model_no_persist`` the
+model alone.
 Per way, overall,
 per machine family and per background: false stops (and on how many stations), misses,
 clip AUC (each station's highest score in the scored part), window AUC, onset -> stop in
@@ -195,8 +200,13 @@ def evaluate_outside(
         "enrolled_accepting_stops": (list(fitted), Rules()),
         "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
         "enrolled_accepting_stops_rhythm": (list(fitted), Rules(Rule(rhythm=RHYTHM_MARGIN))),
-        "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR))),
-        "enrolled_accepting_stops_slow": (list(fitted), Rules(Rule(slow=SLOW_BAR))),
+        "enrolled_no_persist": (accepted, Rules(Rule(persist=0))),
+        "enrolled_accepting_stops_no_persist": (list(fitted), Rules(Rule(persist=0))),
+        "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR, persist=0))),
+        "enrolled_accepting_stops_slow": (
+            list(fitted),
+            Rules(Rule(slow=SLOW_BAR, persist=0)),
+        ),
     }
     if station_model:
         ways["enrolled_station_model"] = (
@@ -204,6 +214,10 @@ def evaluate_outside(
             Rules(),
         )
         ways["enrolled_accepting_stops_station_model"] = (list(own), Rules())
+        ways["enrolled_accepting_stops_station_model_no_persist"] = (
+            list(own),
+            Rules(Rule(persist=0)),
+        )
     groups = _groups(stations)
     rule = Rules().default
     for name, (enrolments, rules) in ways.items():

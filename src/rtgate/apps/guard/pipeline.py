@@ -86,7 +86,10 @@ class Guard:
         rhythm = [self.rules.for_station(s).rhythm for s in self.stations]
         thresholds = [self.rules.for_station(s).threshold for s in self.stations]
         slow = [self.rules.for_station(s).slow for s in self.stations]
-        self.baselines = Baselines(enrolments or [None] * n, novelty, rhythm, thresholds, slow)
+        persist = [self.rules.for_station(s).persist for s in self.stations]
+        self.baselines = Baselines(
+            enrolments or [None] * n, novelty, rhythm, thresholds, slow, persist
+        )
         # the envelope's rhythm, only when some station's rule and enrolment use it
         self.rhythm = Rhythm(n) if self.baselines.rhythm_clause else None
         self._envelope = np.zeros((n, len(CREST_BANDS), N_SUB), np.float32)
@@ -194,7 +197,8 @@ class Guard:
             own_rhythm = bool(np.isfinite(base.rhythm_threshold[d.index]))
             own_model = bool(np.isfinite(base.own_threshold[d.index]))
             own_slow = bool(np.isfinite(base.slow_threshold[d.index]))
-            rule = d.rule.describe(d.instant, d.novel, own_rhythm, own_model, own_slow)
+            own_persist = bool(np.isfinite(base.persist_threshold[d.index]))
+            rule = d.rule.describe(d.instant, d.novel, own_rhythm, own_model, own_slow, own_persist)
             msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, rule)
             ev = StopEvent(msg, self.topics[d.index], d.index, np.zeros(0, np.float32), now)
             if self.before_publish is not None:  # the ablation: explain before the stop

@@ -9,6 +9,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     novelty = 0.0                 # enrolled stations: a window this novel is a hit (0: off)
     rhythm = 0.0                  # enrolled stations: a rhythm this far over its own is a hit
     slow = 0.0                    # enrolled stations (format /5): a slow rise this far is a hit
+    persist = 6.0                 # enrolled stations (format /6): a steady rise this far (0: off)
     cooldown_s = 10.0             # no second stop from a station within this time
     topic = "rtgate/guard/{station}/stop"
 
@@ -50,6 +51,7 @@ _FIELDS = {
     "novelty",
     "rhythm",
     "slow",
+    "persist",
     "cooldown_s",
     "topic",
     "name",
@@ -92,6 +94,14 @@ class Rule:
     validation; it is off by default because on the guard's benchmark fleet (each station
     enrolled on another recording of its motor, with fewer handling knocks) it made a false
     stop (docs/guard.md, Session 13).
+
+    ``persist``: for a station whose enrolment measured the median's range (format /6, what
+    ``guard enroll`` writes by default), a window is a hit as well when the median of a high
+    band's ``z`` over the last ``baseline.PERSIST_WINDOWS`` windows reaches this many times
+    the highest that median reached on the healthy recording (under the slow clause's veto);
+    0 turns it off. The median moves when nearly every window carries the fault's impacts,
+    not when a knock hits one or two (docs/guard.md, Session 14). On by default at
+    ``baseline.PERSIST_BAR``; files of formats /1-/5 decide as before it.
     """
 
     threshold: float = 0.92
@@ -101,6 +111,7 @@ class Rule:
     novelty: float = 0.0
     rhythm: float = 0.0
     slow: float = 0.0
+    persist: float = 6.0  # baseline.PERSIST_BAR
     cooldown_s: float = 10.0
     topic: str = "rtgate/guard/{station}/stop"
     name: str = "default"
@@ -124,6 +135,9 @@ class Rule:
         sl = self.slow
         if not (isinstance(sl, int | float) and (sl == 0 or 1.0 <= sl <= 1000.0)):
             raise ConfigError(f"slow must be 0 (off) or in [1, 1000], got {sl!r}")
+        pe = self.persist
+        if not (isinstance(pe, int | float) and (pe == 0 or 1.0 <= pe <= 1000.0)):
+            raise ConfigError(f"persist must be 0 (off) or in [1, 1000], got {pe!r}")
         cd = self.cooldown_s
         if not (isinstance(cd, int | float) and math.isfinite(cd) and cd >= 0):
             raise ConfigError(f"cooldown_s must be a finite number >= 0, got {cd!r}")
@@ -145,12 +159,13 @@ class Rule:
         rhythm: bool = False,
         own: bool = False,
         slow: bool = False,
+        persist: bool = False,
     ) -> str:
         """The rule (its k-of-n clause, or with ``instant`` its one-window clause) as it
         appears in a stop message; with ``novel``, the k-of-n clause with the station's own
         hits: novelty (when the rule has it), with ``rhythm`` (the station's enrolment
         measured its rhythm) the rhythm, with ``own`` its own model (format /4), and with
-        ``slow`` its slow range (format /5)."""
+        ``slow`` its slow range (format /5), with ``persist`` its median's range (/6)."""
         if instant:
             return f"{self.name}: score>={self.instant_at:g} in 1 window"
         hit = f"score>={self.threshold:g}"
@@ -162,6 +177,8 @@ class Rule:
             hit += " or its own model"
         if novel and slow and self.slow:
             hit += f" or slow>={self.slow:g}x own max"
+        if novel and persist and self.persist:
+            hit += f" or median>={self.persist:g}x own max"
         return f"{self.name}: {hit} in {self.k} of {self.n} windows"
 
     def topic_for(self, station: str) -> str:
