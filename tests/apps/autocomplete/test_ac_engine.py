@@ -224,6 +224,21 @@ def test_a_local_tier_without_a_complex_bar_leaves_long_complex_prefixes_to_the_
     assert found and reading.proba.get("complex", 0.0) >= 0.7
 
 
+def test_the_complex_decline_applies_to_the_languages_named_only(reader: Reader) -> None:
+    from rtgate.apps.autocomplete.tiers import LocalSuggestTier
+    from rtgate.core.errors import Declined
+
+    en = "if my card was charged twice abroad and only one charge was refunded what happens"
+    zh = "我下个月要去日本旅游两周，想临时提额到5万，同时把上个月那笔消费分6期"
+    only_zh = LocalSuggestTier(reader, complex_langs=("zh",))
+    reading, found = only_zh.read(en)
+    assert found and reading.proba.get("complex", 0.0) >= 0.7  # read as complex, answered
+    with pytest.raises(Declined, match="complex ask"):
+        only_zh.read(zh)
+    with pytest.raises(Declined, match="complex ask"):  # the default: both languages
+        LocalSuggestTier(reader).read(en)
+
+
 def test_a_judge_file_that_builds_the_local_tier_otherwise_is_refused_clearly(
     reader: Reader, monkeypatch: pytest.MonkeyPatch
 ) -> None:
