@@ -143,6 +143,8 @@ def test_the_check_lowers_a_veto_the_reader_reads_as_one_request() -> None:
     after = scope.out_of_scope(one)
     assert after < before and not scope.vetoes(after, pause=True) and scope.spared == 1
     assert scope.out_of_scope(two) == pytest.approx(before)  # two requests: as it was
+    # one clause says nothing of one ask or two: as it was
+    assert scope.out_of_scope("can you block the card") == pytest.approx(before)
     far = "the weather far away, can you tell me"
     assert scope.vetoes(scope.out_of_scope(far))  # out of the domain: the head says so
     assert scope.spared == 1

@@ -135,10 +135,12 @@ class SemanticScope:
             (``bar`` when unset): one reading an ask, where typing gives several, so it
             can be lower for the same share of simple asks kept fast.
         neighbours: when set (and fitted), the probability is theirs, over the head's.
-        parts: when set, a reading at or above a bar is read again clause by clause
-            (:class:`~rtgate.tiers.clause_reader.ClauseReader`): an ask that reads as one
-            request is multi-part for no one, so what is left of its reading is the
-            head's out-of-domain share, ``P(ood) / (P(ood) + P(simple))``, when lower.
+        parts: when set, a reading at or above a bar that the head owes to its ``multi``
+            class (more than to ``ood``) is read again clause by clause
+            (:class:`~rtgate.tiers.clause_reader.ClauseReader`): an ask of two clauses or
+            more that reads as one request is multi-part for no one, so what is left of
+            its reading is the head's out-of-domain share, ``P(ood) / (P(ood) +
+            P(simple))``, when lower.
     """
 
     blocking = True
@@ -168,6 +170,7 @@ class SemanticScope:
         self.spared = 0  # readings the clause reader lowered below the bar
         self._simple = head.classes.index("simple")
         self._ood = head.classes.index("ood") if "ood" in head.classes else None
+        self._multi = head.classes.index("multi") if "multi" in head.classes else None
 
     @classmethod
     def train(
@@ -207,10 +210,13 @@ class SemanticScope:
         p = self.out_of_scope_of(vector)
         if self.parts is None or p < min(self.bar, self.pause_bar):
             return p
-        if not self.parts.one_ask(text):
-            return p
         probs = self.head.proba_dense(vector)
         ood = 0.0 if self._ood is None else float(probs[self._ood])
+        if self._multi is None or float(probs[self._multi]) <= ood:
+            return p  # read as out of the domain, not as two asks: the clauses cannot say
+        reading = self.parts.read(text)
+        if len(reading.parts) < 2 or reading.p_multi >= self.parts.bar:
+            return p  # one clause says nothing of one ask or two; or it reads as two
         single = ood / max(ood + float(probs[self._simple]), 1e-9)
         if single < p:
             self.spared += single < min(self.bar, self.pause_bar)
