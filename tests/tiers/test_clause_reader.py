@@ -35,6 +35,10 @@ def test_an_ask_splits_at_punctuation_and_joining_words() -> None:
     ]
     assert split("帮我查下账单顺便把积分兑了") == ["帮我查下账单", "把积分兑了"]
     assert split("what is my limit and can I raise it") == ["what is my limit", "can I raise it"]
+    assert split("I paid 1,200 on the 3.5% plan, can you waive it") == [
+        "I paid 1,200 on the 3.5% plan",
+        "can you waive it",
+    ]
     read = clauses(TWO_ASKS)
     assert [c for c, _, _ in read] == [
         "i lost my card yesterday",

@@ -59,7 +59,11 @@ _EN_JOIN = (
     r"and then|and (?=(?:can|could|will|would|what|how|do|does|is|are|should|when|why|where|"
     r"please|i want|i need|i'd like|id like|tell me|help me)\b)"
 )
-_SPLIT = re.compile(rf"[，,；;。.!！?？\n]+|(?:{_ZH_JOIN})|\b(?:{_EN_JOIN})\b", re.IGNORECASE)
+# a comma or full stop between two digits is a number's ("1,200", "3.5"), not a clause's end
+_SPLIT = re.compile(
+    rf"(?:[,.](?!\d)|(?<!\d)[,.]|[，；;。!！?？\n])+|(?:{_ZH_JOIN})|\b(?:{_EN_JOIN})\b",
+    re.IGNORECASE,
+)
 
 # cues of a request or a question, for the weak labels only (the model reads the embedding)
 _ZH_CUE = re.compile(

