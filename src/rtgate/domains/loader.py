@@ -29,6 +29,7 @@ from rtgate.core.errors import ConfigError
 from rtgate.models.embeddings import Embedder
 from rtgate.tiers.answerability import CalibratedJudge, Familiarity
 from rtgate.tiers.classifier import IntentAnswers, IntentClassifier
+from rtgate.tiers.clause_reader import ClauseReader
 from rtgate.tiers.complexity import Vocabulary
 from rtgate.tiers.embed_classifier import EmbeddingIntentClassifier
 from rtgate.tiers.intents import Example, load_examples
@@ -45,6 +46,7 @@ __all__ = [
     "Ask",
     "AskKind",
     "build_answers",
+    "clauses_path",
     "corpus_digest",
     "domain_intents",
     "familiarity",
@@ -53,6 +55,7 @@ __all__ = [
     "lead_in_variants",
     "load_asks",
     "load_classifier",
+    "load_clause_reader",
     "load_corpus",
     "load_generic_judge",
     "load_judge",
@@ -327,11 +330,34 @@ def semantic_scope_path(data_dir: Path = DATA_DIR) -> Path:
 
 
 def load_semantic_scope(
-    data_dir: Path = DATA_DIR, embedder: Embedder | None = None
+    data_dir: Path = DATA_DIR, embedder: Embedder | None = None, *, parts: bool = False
 ) -> SemanticScope | None:
-    """The shipped semantic scope model (``scope-e5.npz``), or ``None`` when there is none."""
+    """The shipped semantic scope model (``scope-e5.npz``), or ``None`` when there is none;
+    ``parts``: with the clause reader (``clauses-e5.npz``, :func:`load_clause_reader`)
+    when the domain has one."""
     path = semantic_scope_path(data_dir)
-    return SemanticScope.load(path, embedder) if path.exists() else None
+    if not path.exists():
+        return None
+    scope = SemanticScope.load(path, embedder)
+    if parts:
+        scope.parts = load_clause_reader(data_dir, scope.embedder)
+    return scope
+
+
+def clauses_path(data_dir: Path = DATA_DIR) -> Path:
+    return data_dir / "clauses-e5.npz"
+
+
+def load_clause_reader(
+    data_dir: Path = DATA_DIR, embedder: Embedder | None = None
+) -> ClauseReader | None:
+    """The shipped clause reader (``clauses-e5.npz``, with the e5 intent head of
+    ``intent-e5.npz``), or ``None`` when the domain has either file missing."""
+    path, intents = clauses_path(data_dir), model_path("e5", data_dir)
+    if not path.exists() or not intents.exists():
+        return None
+    head = EmbeddingIntentClassifier.load(intents).head
+    return ClauseReader.load(path, head, embedder)
 
 
 def scope_path(data_dir: Path = DATA_DIR) -> Path:

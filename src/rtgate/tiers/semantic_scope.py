@@ -32,6 +32,7 @@ import numpy as np
 from rtgate.core.errors import ConfigError
 from rtgate.models.embeddings import DIM, Embedder
 from rtgate.tiers._linear import LinearHead, fit_head, load_npz, save_npz
+from rtgate.tiers.clause_reader import ClauseReader
 from rtgate.tiers.intents import Example
 from rtgate.tiers.textnorm import normalize
 
@@ -134,6 +135,12 @@ class SemanticScope:
             (``bar`` when unset): one reading an ask, where typing gives several, so it
             can be lower for the same share of simple asks kept fast.
         neighbours: when set (and fitted), the probability is theirs, over the head's.
+        parts: when set, a reading at or above a bar that the head owes to its ``multi``
+            class (more than to ``ood``) is read again clause by clause
+            (:class:`~rtgate.tiers.clause_reader.ClauseReader`): an ask of two clauses or
+            more that reads as one request is multi-part for no one, so what is left of
+            its reading is the head's out-of-domain share, ``P(ood) / (P(ood) +
+            P(simple))``, when lower.
     """
 
     blocking = True
@@ -147,6 +154,7 @@ class SemanticScope:
         pause_bar: float | None = None,
         meta: Mapping[str, Any] | None = None,
         neighbours: Neighbours | None = None,
+        parts: ClauseReader | None = None,
     ) -> None:
         if head.coef.shape[0] != DIM:
             raise ConfigError(f"head expects {head.coef.shape[0]}-d inputs, embeddings are {DIM}")
@@ -158,7 +166,11 @@ class SemanticScope:
         self.pause_bar = bar if pause_bar is None else pause_bar
         self.meta = dict(meta or {})
         self.neighbours = neighbours
+        self.parts = parts
+        self.spared = 0  # readings the clause reader lowered below the bar
         self._simple = head.classes.index("simple")
+        self._ood = head.classes.index("ood") if "ood" in head.classes else None
+        self._multi = head.classes.index("multi") if "multi" in head.classes else None
 
     @classmethod
     def train(
@@ -192,8 +204,24 @@ class SemanticScope:
 
     def out_of_scope(self, text: str) -> float:
         """The probability that ``text`` is multi-part or out of the domain (blocking):
-        the head's 1 - P(simple), or the neighbours' combination of it."""
-        return self.out_of_scope_of(self.embedder.embed(normalize(text)))
+        the head's 1 - P(simple), or the neighbours' combination of it; with ``parts``,
+        lowered for an ask the clause reader reads as one request (see the class)."""
+        vector = self.embedder.embed(normalize(text))
+        p = self.out_of_scope_of(vector)
+        if self.parts is None or p < min(self.bar, self.pause_bar):
+            return p
+        probs = self.head.proba_dense(vector)
+        ood = 0.0 if self._ood is None else float(probs[self._ood])
+        if self._multi is None or float(probs[self._multi]) <= ood:
+            return p  # read as out of the domain, not as two asks: the clauses cannot say
+        reading = self.parts.read(text)
+        if len(reading.parts) < 2 or reading.p_multi >= self.parts.bar:
+            return p  # one clause says nothing of one ask or two; or it reads as two
+        single = ood / max(ood + float(probs[self._simple]), 1e-9)
+        if single < p:
+            self.spared += single < min(self.bar, self.pause_bar)
+            return single
+        return p
 
     def vetoes(self, p_out: float, *, pause: bool = False) -> bool:
         """Whether ``p_out`` sends the ask to the big model (``pause``: the whole ask)."""

@@ -217,11 +217,26 @@ def test_a_local_tier_without_a_complex_bar_leaves_long_complex_prefixes_to_the_
     from rtgate.apps.autocomplete.tiers import LocalSuggestTier
     from rtgate.core.errors import Declined
 
-    text = "if my card was charged twice abroad and only one charge was refunded what happens"
+    text = "我下个月要去日本旅游两周，想临时提额到5万，同时把上个月那笔消费分6期"
     with pytest.raises(Declined, match="complex ask"):
         LocalSuggestTier(reader).read(text)
     reading, found = LocalSuggestTier(reader, complex_p=None).read(text)
     assert found and reading.proba.get("complex", 0.0) >= 0.7
+
+
+def test_the_complex_decline_applies_to_the_languages_named_only(reader: Reader) -> None:
+    from rtgate.apps.autocomplete.tiers import LocalSuggestTier
+    from rtgate.core.errors import Declined
+
+    en = "if my card was charged twice abroad and only one charge was refunded what happens"
+    zh = "我下个月要去日本旅游两周，想临时提额到5万，同时把上个月那笔消费分6期"
+    default = LocalSuggestTier(reader)  # Chinese only: English is left to the judge
+    reading, found = default.read(en)
+    assert found and reading.proba.get("complex", 0.0) >= 0.7  # read as complex, answered
+    with pytest.raises(Declined, match="complex ask"):
+        default.read(zh)
+    with pytest.raises(Declined, match="complex ask"):
+        LocalSuggestTier(reader, complex_langs=("zh", "en")).read(en)
 
 
 def test_a_judge_file_that_builds_the_local_tier_otherwise_is_refused_clearly(

@@ -123,6 +123,9 @@ def bench_abstention(
     judge: bool = typer.Option(True, help="--no-judge: the engine without its judge"),
     semantic: bool = typer.Option(True, help="--no-semantic: without the semantic check"),
     plot: Path | None = typer.Option(None, help="reliability diagram PNG (default: beside --json)"),
+    per_ask: bool = typer.Option(
+        False, "--per-ask", help="each ask's outcome in the JSON (cause, first cloud prefix)"
+    ),
 ) -> None:
     """Multi-part / out-of-domain asks sent to the big model, simple asks kept fast, top-3
     intent and calibration, per ask set (typed as the replay types them)."""
@@ -132,7 +135,9 @@ def bench_abstention(
     chosen = sets if sets is not None else ("" if asks else "tune,eval")
     names = [s.strip() for s in chosen.split(",") if s.strip()] + [str(p) for p in asks]
     try:
-        report = run_sets(names, budget_ms=budget_ms, judge=judge, semantic=semantic)
+        report = run_sets(
+            names, budget_ms=budget_ms, judge=judge, semantic=semantic, per_ask=per_ask
+        )
     except (InvalidRequest, ConfigError) as e:
         console.print(f"[red]invalid request:[/red] {e}")
         raise typer.Exit(2) from e

@@ -122,6 +122,8 @@ class EngineConfig:
     # distrusts it) stands against the semantic check
     semantic_overrule: float | None = 0.99
     semantic_threads: int = 1  # the embedding engine's threads (one core left to the loop)
+    # the clause reader reads the check's vetoes again: one request is not multi-part
+    semantic_parts: bool = False
 
 
 @dataclass(slots=True)
@@ -293,7 +295,9 @@ class AutocompleteEngine:
         if cfg.templates:
             tiers.append(TemplateSuggestTier(table, reader))
         if cfg.semantic and judge is not None:  # the check is a part of the judge's veto
-            scope = load_semantic_scope(embedder=Embedder(threads=cfg.semantic_threads))
+            scope = load_semantic_scope(
+                embedder=Embedder(threads=cfg.semantic_threads), parts=cfg.semantic_parts
+            )
             if scope is not None:
                 judge = SemanticVeto(judge, scope, overrule=cfg.semantic_overrule)
         gate = Gate(

@@ -1,6 +1,6 @@
-"""``rtgate intents eval|train|judge|scope-e5``: held-out accuracy of the intent classifiers, the
-models shipped in the package data, and the judge that decides whether a fast answer can
-stand alone (fitted on the tuning asks, never on the evaluation asks).
+"""``rtgate intents eval|train|judge|scope-e5|scope-nn|clauses``: held-out accuracy of the
+intent classifiers, the models shipped in the package data, and the judge that decides
+whether a fast answer can stand alone (fitted on the tuning asks, never on the evaluation asks).
 
 ``eval`` trains on the deterministic training split (80 %, stratified by intent) and
 reports on the held-out 20 %: accuracy on full queries, top-3 accuracy on their prefixes
@@ -272,6 +272,42 @@ def scope_nn_cmd(
         f"{report['bar']:.2f}, pause bar {report['pause_bar']:.2f}; on {report['asks']} "
         f"(semantic check alone, in sample): complex {s['complex_delegated']:.1%}, simple "
         f"kept fast {s['simple_fast']:.1%}"
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+@app.command("clauses")
+def clauses_cmd(
+    sets: Annotated[
+        str, typer.Option(help="the ask sets it learns from (never a validation set)")
+    ] = "tune,train2,train3",
+    bar: Annotated[
+        float,
+        typer.Option(
+            help="below this p_multi an ask reads as one request (0.1: chosen on val, val2, "
+            "val3, eval6, eval7)"
+        ),
+    ] = 0.1,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+) -> None:
+    """Fit the clause reader (clauses-e5.npz: the role of each clause and whether an ask
+    holds two requests of different intents; ~2-4 min of embedding) on SETS. The semantic
+    check reads its vetoes again with it when the engine's ``semantic_parts`` is on."""
+    from rtgate.apps.autocomplete.clauses import fit_clause_reader
+    from rtgate.domains.loader import clauses_path
+    from rtgate.models.embeddings import Embedder
+
+    names = [s.strip() for s in sets.split(",") if s.strip()]
+    reader, report = fit_clause_reader(names, embedder=Embedder(cache_size=0))
+    reader.bar = bar
+    reader.save(clauses_path())
+    auc = report["out_of_fold_auc"]
+    typer.echo(
+        f"wrote {clauses_path()}: {report['clauses']} clauses of {report['asks']} asks "
+        f"({report['labelled']['request']} requests, {report['labelled']['situation']} "
+        f"situations labelled); multi-part against simple out of fold, AUC zh "
+        f"{auc['zh']:.3f}, en {auc['en']:.3f}; bar {bar}"
     )
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
