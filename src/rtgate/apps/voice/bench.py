@@ -42,7 +42,15 @@ from typing import Any
 
 import numpy as np
 
-from rtgate.apps.voice.frames import RATE, AgentTextFrame, Pcm, TranscriptFrame, TurnEndFrame
+from rtgate.apps.voice.frames import (
+    RATE,
+    AgentTextFrame,
+    Pcm,
+    SpeechStartFrame,
+    SpeechStopFrame,
+    TranscriptFrame,
+    TurnEndFrame,
+)
 from rtgate.apps.voice.labels import keyword_on_topic, true_bounds
 from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels
@@ -67,6 +75,7 @@ class Clip:
     onset: float  # seconds of the first speech in the clip (the true label)
     end: float  # seconds of the end of speech (the true label)
     topic: str | None = None
+    pauses_at: tuple[tuple[float, float], ...] = ()  # drawn pauses inside (s of the clip)
 
 
 def speech_bounds(pcm: Pcm, db: float = -40.0) -> tuple[float, float]:
@@ -99,9 +108,11 @@ def load_eval(folder: Path) -> list[tuple[str, list[Turn], dict[str, Any]]]:
         for t in c["turns"]:
             pcm = read_wav(folder / t["wav"])
             kind = t["kind"]
+            at = tuple((float(a), float(b)) for a, b in t.get("pauses_at_s", []))
             clip = Clip(
-                t["wav"], c["lang"], kind, t["text"], pcm, t["onset_s"], t["end_s"], t["topic"]
-            )
+                t["wav"], c["lang"], kind, t["text"], pcm, t["onset_s"], t["end_s"], t["topic"],
+                at,
+            )  # fmt: skip
             turns.append(Turn([(clip, 0.0)], bargein=bool(t["bargein"])))
         calls.append((c["lang"], turns, c["voice"]))
     return calls
@@ -398,6 +409,7 @@ def _score(
                     {"kind": kind, "after_onset_ms": round((st - t_onset) * 1000.0, 1)}
                     for st, kind in over
                 ],
+                "cut_in_why": _why_cut(call, out, turn, over[0][0], ends) if over else None,
                 "decided_early": bool(early),
                 "bargein_stop_ms": None if stop_ms is None else round(stop_ms, 1),
                 "on_topic": None if turn.bargein else _kb_on_topic(answer, clip.topic, lang),
@@ -418,6 +430,52 @@ def _job(job: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     keys = ("status", "spoken", "dropped_as_repeat", "raw")
     return {k: job.get(k) for k in keys}
+
+
+def _why_cut(
+    call: VoiceCall, out: RecordingOut, turn: Turn, at: float, ends: dict[int, TurnEndFrame]
+) -> dict[str, Any]:
+    """Why the agent's sound started inside a caller's turn, in seconds of the turn's first
+    clip: the sound (its kind and the turn it answers), the decision behind it (its rule,
+    where turn-taking dated the silence, when it decided, the silence it had counted), and
+    the drawn pauses inside the turn (``pauses_at_s``)."""
+    clip = turn.parts[0][0]
+    base = turn.onset - clip.onset  # audio time of the clip's first sample
+    chunk = next(c for c in out.chunks if c.at == at)
+    row: dict[str, Any] = {
+        "kind": chunk.kind,
+        "text": chunk.text,
+        "sound_s": round(at - call.t0 - base, 3),
+        "pauses_at_s": [list(p) for p in clip.pauses_at],
+        "true_onset_s": round(clip.onset, 3),
+        "true_end_s": round(turn.end - base, 3),
+        # the VAD's speech starts (+) and stops (-) inside the turn up to the sound
+        "speech": [
+            f"{'+' if isinstance(f, SpeechStartFrame) else '-'}{f.t - base:.3f}"
+            for _, s, f in call.events
+            if s == "vad"
+            and isinstance(f, SpeechStartFrame | SpeechStopFrame)
+            and turn.onset - 0.3 <= f.t <= at - call.t0
+        ],
+    }
+    e = ends.get(chunk.turn)
+    if e is None:
+        return row | {"decision": None}
+    silence = e.t - base
+    inside = [p for p in clip.pauses_at if p[0] - 0.05 <= silence <= p[1]]
+    return row | {
+        "decision": {
+            "turn": e.turn,
+            "this_turn": turn.onset <= e.decided_t,  # else an earlier turn's sound came late
+            "rule": e.rule,
+            "heard": e.text,
+            "p_end": None if e.p_end is None else round(e.p_end, 3),
+            "silence_from_s": round(silence, 3),
+            "decided_s": round(e.decided_t - base, 3),
+            "silence_counted_ms": round((e.decided_t - e.t) * 1000.0, 1),
+            "in_pause": list(inside[0]) if inside else None,
+        }
+    }
 
 
 def _why_slow(call: VoiceCall, turn: Turn, end: TurnEndFrame | None, ms: float) -> dict[str, Any]:
