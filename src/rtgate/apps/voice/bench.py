@@ -419,6 +419,8 @@ def _score(
                 # the knowledge base's decision and the follow-up job (for the diagnosis)
                 "judge": call.agent.verdicts.get(n) if n is not None else None,
                 "followup_job": _job(call.agent.followups.get(n)) if n is not None else None,
+                # spoken / cancelled / stale / failed (None: never asked, or out at hang-up)
+                "followup_outcome": call.agent.pending.outcomes.get(n) if n is not None else None,
             }
         )
     res.calls.append({"lang": lang, "voice": about, "turns": rows})
@@ -428,7 +430,7 @@ def _job(job: dict[str, Any] | None) -> dict[str, Any] | None:
     """A follow-up job's record without its timings' noise (status, spoken, dropped)."""
     if job is None:
         return None
-    keys = ("status", "spoken", "dropped_as_repeat", "raw")
+    keys = ("status", "spoken", "dropped_as_repeat", "raw", "spoken_after_turn")
     return {k: job.get(k) for k in keys}
 
 
