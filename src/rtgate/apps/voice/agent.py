@@ -51,7 +51,10 @@ The agent holds the floor from the ack to the answer's last sentence: when the o
 silent in between (the ack is spoken, the answer is still being generated), its
 ``AgentStoppedFrame`` is held back, so caller speech in that gap is a barge-in too (the
 answer is cancelled before it can start over the caller), not a new turn the agent then
-talks over.
+talks over. The answer's text is queued for speech before its audio starts: while the
+output is silent, the floor is kept until that audio starts (the next
+``AgentStartedFrame``), not only until the text is queued (natural5: a caller who began in
+that gap, while the answer was being synthesised, was talked over for 280 ms).
 """
 
 from __future__ import annotations
@@ -252,6 +255,9 @@ class AgentStage(Stage):
         self._answer_turn = 0
         self._replying: int | None = None  # the turn whose reply holds the floor
         self._held: AgentStoppedFrame | None = None  # the output's stop, held back meanwhile
+        self._playing = False  # the output is playing (its started / stopped frames)
+        self._unheard = False  # text queued while the output is silent: its audio is to come
+        self._release_on_start = False  # the reply is queued: the floor goes at its audio
         self._tasks: set[asyncio.Task[None]] = set()
         self.cancelled = 0  # generations cancelled by barge-ins
         # answers prepared at a pause (with a knowledge base; see the module docstring)
@@ -274,7 +280,13 @@ class AgentStage(Stage):
                 self._discard("discarded")  # the caller goes on: prepared, never said
         elif isinstance(frame, AgentStartedFrame):
             self._held = None  # talking again: a held stop is out of date
+            self._playing, self._unheard = True, False
+            if self._release_on_start:  # the reply's last audio has started: floor as usual
+                self._release_on_start = False
+                self._replying = None
+                await self._speak_followups()
         elif isinstance(frame, AgentStoppedFrame) and upstream:
+            self._playing = False
             if self._replying is not None and not frame.interrupted:
                 self._held = frame  # a pause inside the reply: the agent keeps the floor
                 return
@@ -299,6 +311,10 @@ class AgentStage(Stage):
         caller's again, so a stop held back during the reply goes up now."""
         if turn is not None and turn != self._replying:
             return
+        if turn is not None and self._held is not None and self._unheard:
+            self._release_on_start = True  # queued but not yet playing: keep the floor
+            return
+        self._release_on_start = False
         self._replying = None
         held, self._held = self._held, None
         if held is not None:
@@ -641,10 +657,17 @@ class AgentStage(Stage):
         """Barge-in: cancel generation in flight; the history keeps what was said."""
         if self._turn:
             self.interrupted.add(self._turn)
+        self._unheard = self._release_on_start = False  # the queued audio is dropped
         for task in (self._answer, self._prep):  # follow-ups: only a cancel line (pending)
             if task is not None and not task.done():
                 task.cancel()
                 self.cancelled += task is self._answer
+
+    async def push(self, frame: Frame, upstream: bool = False) -> None:
+        if not upstream and isinstance(frame, AgentTextFrame) and frame.text.strip():
+            # queued while the output is silent: its audio starts with an AgentStartedFrame
+            self._unheard = self._unheard or not self._playing
+        await super().push(frame, upstream)
 
     @staticmethod
     def _now() -> float:
