@@ -60,7 +60,15 @@ from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker
 from rtgate.core.budget import Budget
 from rtgate.core.request import Piece, Request
 
-__all__ = ["Clip", "agent_starts", "percentiles", "run", "smart_turn_cost", "speech_bounds"]
+__all__ = [
+    "Clip",
+    "agent_starts",
+    "cut_rule",
+    "percentiles",
+    "run",
+    "smart_turn_cost",
+    "speech_bounds",
+]
 
 FRAME = RATE // 50  # the simulated caller sends 20 ms at a time, as a phone line (RTP) does
 
@@ -383,6 +391,7 @@ def _score(
             else:
                 res.missed_bargeins += 1
         n = mine[0] if mine else (early[0].turn if early else None)
+        why = _why_cut(call, out, turn, over[0][0], ends) if over else None
         answer = _texts(call, n, "answer") if n is not None else ""
         end = ends.get(n) if n is not None else None
         rows.append(
@@ -409,7 +418,8 @@ def _score(
                     {"kind": kind, "after_onset_ms": round((st - t_onset) * 1000.0, 1)}
                     for st, kind in over
                 ],
-                "cut_in_why": _why_cut(call, out, turn, over[0][0], ends) if over else None,
+                "cut_in_why": why,
+                "cut_rule": cut_rule(why, early[0].rule if early else None),
                 "decided_early": bool(early),
                 "bargein_stop_ms": None if stop_ms is None else round(stop_ms, 1),
                 "on_topic": None if turn.bargein else _kb_on_topic(answer, clip.topic, lang),
@@ -432,6 +442,21 @@ def _job(job: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     keys = ("status", "spoken", "dropped_as_repeat", "raw", "spoken_after_turn")
     return {k: job.get(k) for k in keys}
+
+
+def cut_rule(why: dict[str, Any] | None, early: str | None = None) -> str | None:
+    """The rule behind a cut-in: that of the decision whose sound started inside the turn
+    (``late:RULE`` when it answered an earlier turn, ``unknown`` without a decision); else
+    the rule of the first decision made inside the turn (``early``). A cut turn's own
+    ``rule`` is that of the end decided after its tail, near the true end: the cut-ins that
+    reports counted as `clause` had been decided by `question` at a pause (docs/voice.md,
+    session 14)."""
+    if why is None:
+        return early
+    d = why.get("decision")
+    if not d:
+        return "unknown"
+    return str(d["rule"]) if d.get("this_turn", True) else f"late:{d['rule']}"
 
 
 def _why_cut(
