@@ -166,6 +166,7 @@ class CallResult:
     by_rule: list[tuple[str, float]] = field(default_factory=list)
     slow: list[dict[str, Any]] = field(default_factory=list)
     speculation: dict[str, int] = field(default_factory=dict)  # prepared answers, counted
+    dropped: dict[str, int] = field(default_factory=dict)  # frames a stage dropped (live)
 
     def add(self, r: CallResult) -> None:
         """Add one call's results to these totals."""
@@ -184,6 +185,8 @@ class CallResult:
         self.cut_in_details += r.cut_in_details
         for key, n in r.speculation.items():
             self.speculation[key] = self.speculation.get(key, 0) + n
+        for key, n in r.dropped.items():
+            self.dropped[key] = self.dropped.get(key, 0) + n
         for lang, (n, k) in r.by_lang.items():
             row = self.by_lang.setdefault(lang, [0, 0])
             row[0] += n
@@ -335,6 +338,8 @@ def _score(
     starts = agent_starts(out)
     for key, count in call.agent.speculation.items():
         res.speculation[key] = res.speculation.get(key, 0) + count
+    for stage in call.pipeline.stages:  # a stage that fell 64 frames behind drops the oldest
+        res.dropped[stage.name] = res.dropped.get(stage.name, 0) + stage.dropped
     res.audio_ms += [ms for _, _, _, ms in call.turns.audio_scores]
     confirmed = sum(ok for _, ok in call.turns.holds)
     res.holds = [confirmed, len(call.turns.holds) - confirmed, call.output.expired]
@@ -644,6 +649,7 @@ def _report(
         "first_audio_turns": len(total.first_audio_ms),
         "answer_audio_ms": percentiles(total.answer_audio_ms),
         "speculation": total.speculation,
+        "dropped_frames": total.dropped,
         "bargein_stop_ms": percentiles(total.bargein_stop_ms),
         "turn_end_decision_ms": percentiles(total.decision_ms),
         "asr_decode_ms": percentiles(total.decode_ms),
