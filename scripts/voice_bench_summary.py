@@ -46,9 +46,13 @@ def main() -> None:
         if rep.get("first_audio_ms"):
             print("bench all:", rep["first_audio_ms"], "barge-in", rep["bargein_stop_ms"])
         cuts = [r for _, r in rows_all if r["cut_in"]]
-        print("cut-ins by rule:", dict(Counter(r["rule"] for r in cuts)))
+        # the decision that made the sound (the row's own rule is its tail's end)
+        by = Counter(r.get("cut_rule") or "?" for r in cuts)
+        print("cut-ins by the rule that cut:", dict(by))
+        print("cut turns' ends by rule:", dict(Counter(r["rule"] for r in cuts)))
         for r in cuts:
-            print("   ", r["rule"], r["p_end"], "|", r["text"], "| heard:", r["heard"])
+            print("   ", r.get("cut_rule"), "/ end:", r["rule"], r["p_end"], "|", r["text"],
+                  "| heard:", r["heard"])  # fmt: skip
         print("rules:", rep.get("turn_end_rules"))
         print("first audio by rule:", rep.get("first_audio_ms_by_rule"))
 

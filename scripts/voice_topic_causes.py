@@ -110,6 +110,9 @@ def multi_cause(row: dict[str, Any]) -> str:
         return "follow-up dropped as a repeat"
     if job.get("status") != "done":
         return f"follow-up job {job.get('status')}"
+    outcome = row.get("followup_outcome")
+    if outcome in ("cancelled", "stale"):
+        return f"follow-up {outcome} (waited for the floor)"
     return "not spoken (the caller was talking)"
 
 

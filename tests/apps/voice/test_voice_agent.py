@@ -182,10 +182,60 @@ async def test_once_the_reply_is_over_the_stop_goes_up_and_speech_is_a_new_turn(
         await until(lambda: turns.agent_speaking)
         await agent.put(AgentStoppedFrame(), upstream=True)  # held: the reply is not over
         assert turns.agent_speaking
-        # the final transcript is empty: nothing to answer, the reply is over
+        # the final transcript is empty: the partial is answered, and once that answer's
+        # audio has started (it was queued while the output was silent) and ended, the
+        # reply is over
         await agent.put(TranscriptFrame(turn=1, text="", lang="zh", until=2.0, final=True))
+        await until(lambda: agent._answer is not None and agent._answer.done())
+        assert turns.agent_speaking
+        await agent.put(AgentStartedFrame(), upstream=True)
+        await agent.put(AgentStoppedFrame(), upstream=True)
         await until(lambda: not turns.agent_speaking)
         await p.put(SpeechStartFrame(t=3.0))
+        await p.put(EndFrame())
+        await p.wait()
+    assert not any(isinstance(f, InterruptionFrame) for f in down)
+
+
+async def test_the_floor_is_kept_until_the_queued_answer_is_heard() -> None:
+    # natural5: the ack played and stopped, the answer's text was queued (the floor let go)
+    # and synthesised while the caller began a new turn; it then started over them
+    turns, agent = TurnStage(TurnRules()), AgentStage(Gate([]), Gate([]))
+    down: list[Frame] = []
+    async with Pipeline([turns, agent], sink=down.append) as p:
+        await _end_turn(p, "请问我的话费余额还有多少？")
+        await until(lambda: any(isinstance(f, AgentTextFrame) for f in down))  # the ack
+        await agent.put(AgentStartedFrame(), upstream=True)
+        await until(lambda: turns.agent_speaking)
+        await agent.put(AgentStoppedFrame(), upstream=True)  # the ack is over: held
+        final = "请问我的话费余额还有多少？"
+        await agent.put(TranscriptFrame(turn=1, text=final, lang="zh", until=2.0, final=True))
+        await until(lambda: any(isinstance(f, AgentTextFrame) and f.kind == "answer"
+                                for f in down))  # fmt: skip
+        await until(lambda: agent._answer is not None and agent._answer.done())
+        assert turns.agent_speaking  # queued, not yet heard: still the agent's floor
+        await p.put(SpeechStartFrame(t=3.0))  # so the caller starting now is a barge-in
+        await until(lambda: any(isinstance(f, InterruptionFrame) for f in down))
+        assert agent.interrupted == {1}
+        await p.put(EndFrame())
+        await p.wait()
+
+
+async def test_once_the_queued_answer_plays_the_floor_goes_with_its_end() -> None:
+    turns, agent = TurnStage(TurnRules()), AgentStage(Gate([]), Gate([]))
+    down: list[Frame] = []
+    async with Pipeline([turns, agent], sink=down.append) as p:
+        await _end_turn(p, "请问我的话费余额还有多少？")
+        await until(lambda: any(isinstance(f, AgentTextFrame) for f in down))
+        await agent.put(AgentStartedFrame(), upstream=True)
+        await agent.put(AgentStoppedFrame(), upstream=True)
+        final = "请问我的话费余额还有多少？"
+        await agent.put(TranscriptFrame(turn=1, text=final, lang="zh", until=2.0, final=True))
+        await until(lambda: agent._answer is not None and agent._answer.done())
+        await agent.put(AgentStartedFrame(), upstream=True)  # the answer's audio starts
+        await agent.put(AgentStoppedFrame(), upstream=True)  # and ends: the stop goes up
+        await until(lambda: not turns.agent_speaking)
+        await p.put(SpeechStartFrame(t=9.0))  # a new turn, not a barge-in
         await p.put(EndFrame())
         await p.wait()
     assert not any(isinstance(f, InterruptionFrame) for f in down)

