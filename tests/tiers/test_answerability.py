@@ -353,7 +353,8 @@ def _learned_from(*, scope: bool) -> set[str]:
      ("asks-val2.jsonl", 100, 60, True), ("asks-eval4.jsonl", 190, 60, True),
      ("asks-val3.jsonl", 150, 40, True), ("asks-eval5.jsonl", 190, 130, True),
      ("asks-eval6.jsonl", 230, 145, True), ("asks-eval7.jsonl", 320, 130, True),
-     ("asks-eval8.jsonl", 300, 110, True)],
+     ("asks-eval8.jsonl", 300, 110, True),
+     ("asks-eval9.jsonl", 290, 220, True)],
 )  # fmt: skip
 def test_the_shipped_ask_sets_are_well_formed_and_apart(
     name: str, simple: int, hard: int, scope: bool

@@ -120,6 +120,7 @@ ASK_SETS = {
     "eval6": DATA_DIR / "asks-eval6.jsonl",  # held out, written blind (session 11)
     "eval7": DATA_DIR / "asks-eval7.jsonl",  # held out, written blind (session 12)
     "eval8": DATA_DIR / "asks-eval8.jsonl",  # held out, written blind (session 13)
+    "eval9": DATA_DIR / "asks-eval9.jsonl",  # held out, written blind (session 14)
 }
 FAST = ("template", "cache", "local")
 Bars = tuple[float, float]
