@@ -26,7 +26,7 @@ from rtgate.apps.autocomplete.abstention import (
     replay,
     reread_scope,
 )
-from rtgate.apps.autocomplete.engine import EngineConfig
+from rtgate.apps.autocomplete.engine import MAX_PREFIX_CHARS, EngineConfig
 from rtgate.apps.autocomplete.sessions import lexicon
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
 from rtgate.domains.loader import Ask, load_judge
@@ -93,6 +93,21 @@ async def test_evaluate_counts_per_ask(reader: Reader, gated: BackgroundOnly) ->
     assert report["simple_prefixes"] > 0 and 0.0 <= report["simple_top3"] <= 1.0
     assert report["over_budget"] >= 0 and report["calibration"]["n"] > 0
     assert report["pauses"]["n"] >= 1  # the simple ask, judged whole when typing stopped
+
+
+async def test_an_ask_longer_than_a_box_sends_is_judged_on_what_it_sent(
+    reader: Reader, gated: BackgroundOnly
+) -> None:
+    # a long personal ask (a blind set had 15 past the limit): the replay stops typing at
+    # the engine's limit instead of failing the whole run on an invalid request
+    story = "I was charged twice at the same hotel in Lisbon last week and the app shows both "
+    long_ = Ask(story * 4 + "how do I dispute the second charge?", "en", "simple", "dispute")
+    assert len(long_.text) > MAX_PREFIX_CHARS
+    async with engine_with(reader, cloud=gated) as engine:
+        report = await evaluate(engine, [SIMPLE, long_], per_ask=True)
+    assert report["cut_at_limit"] == 1 and report["en"]["simple"]["n"] == 1
+    sent = report["asks"][1]["by_prefix"]
+    assert sent is None or len(sent) <= MAX_PREFIX_CHARS
 
 
 def _asks_file(tmp_path: Path) -> Path:

@@ -49,7 +49,12 @@ from typing import Any
 import numpy as np
 
 from rtgate.apps.autocomplete.bench import pct
-from rtgate.apps.autocomplete.engine import AutocompleteEngine, EngineConfig, may_delegate
+from rtgate.apps.autocomplete.engine import (
+    MAX_PREFIX_CHARS,
+    AutocompleteEngine,
+    EngineConfig,
+    may_delegate,
+)
 from rtgate.apps.autocomplete.pool import units
 from rtgate.apps.autocomplete.sessions import lexicon, typed
 from rtgate.core.errors import InvalidRequest
@@ -187,12 +192,19 @@ class Row:
     semantic: float | None = None  # the semantic check's reading, when gathered with it
 
 
+def keys_of(text: str, lex: frozenset[str], rng: random.Random) -> list[str]:
+    """The prefixes of ``text`` as the replay types them, up to the engine's limit
+    (:data:`MAX_PREFIX_CHARS`): a box sends no longer prefix, so an ask longer than that is
+    judged on what was sent, and at the pause on its last prefix within the limit."""
+    return [k.prefix for k in typed(text, lex, rng) if len(k.prefix) <= MAX_PREFIX_CHARS]
+
+
 def delegable(
     ask: Ask, lex: frozenset[str], seed: int, cfg: EngineConfig
 ) -> tuple[list[str], str | None]:
     """The prefixes of ``ask`` that may be delegated while typed (typed as the replay types
     them), and the whole ask when it may be at the typist's pause (else ``None``)."""
-    keys = [k.prefix for k in typed(ask.text, lex, random.Random(f"{seed}:{ask.text}"))]
+    keys = keys_of(ask.text, lex, random.Random(f"{seed}:{ask.text}"))
     whole = keys[-1] if keys and may_delegate(keys[-1], cfg, pause=True) else None
     return [p for p in keys if may_delegate(p, cfg)], whole
 
@@ -582,7 +594,7 @@ async def evaluate(
 
     for i, ask in enumerate(asks):
         rng = random.Random(f"{seed}:{ask.text}")
-        keys = [k.prefix for k in typed(ask.text, lex, rng)]
+        keys = keys_of(ask.text, lex, rng)
         jobs: list[str] = []
         for j, prefix in enumerate(keys):
             if units(prefix) < 2:
@@ -636,6 +648,8 @@ async def evaluate(
             engine.cancel(job)
         engine.forget(f"ask-{i}")
     out: dict[str, Any] = {"n_asks": len(asks)}
+    # asks longer than a box sends: judged on their first MAX_PREFIX_CHARS characters
+    out["cut_at_limit"] = sum(len(a.text) > MAX_PREFIX_CHARS for a in asks)
     for lang in ("all", "zh", "en"):
         part = [k for k, a in enumerate(asks) if lang in ("all", a.lang)]
         block: dict[str, Any] = {}
