@@ -376,19 +376,7 @@ def evaluate_enrolment(
     clips = cast(list[Clip], fleet.clips)
     onsets = np.array([np.inf if c.onset_s is None else c.onset_s - enrol_s for c in clips])
     sev = np.array([c.severity_db for c in clips])
-    ways: dict[str, tuple[list[Enrolment | None], Rules]] = {
-        "general": ([None] * n_stations, Rules()),
-        "enrolled": (accepted, Rules()),
-        "enrolled_accepting_stops": (list(fitted), Rules()),
-        "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
-        "enrolled_no_persist": (accepted, Rules(Rule(persist=0))),
-        "enrolled_accepting_stops_no_persist": (list(fitted), Rules(Rule(persist=0))),
-        "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR, persist=0))),
-        "enrolled_accepting_stops_slow": (
-            list(fitted),
-            Rules(Rule(slow=SLOW_BAR, persist=0)),
-        ),
-    }
+    ways = _ways(n_stations, accepted, fitted)
     if novelty:
         ways[f"enrolled_novelty_{novelty:g}"] = (accepted, Rules(Rule(novelty=novelty)))
     if station_model:
@@ -450,3 +438,22 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+Ways = dict[str, tuple[list[Enrolment | None], Rules]]
+
+
+def _ways(n_stations: int, accepted: list[Enrolment | None], fitted: Sequence[Enrolment]) -> Ways:
+    """The ways both evaluations replay: no enrolment, the stations ``enroll`` accepts, every
+    station (``fitted``), and those with the rhythm clause, without the persist clause and
+    with Session 13's slow clause instead of it."""
+    return {
+        "general": ([None] * n_stations, Rules()),
+        "enrolled": (accepted, Rules()),
+        "enrolled_accepting_stops": (list(fitted), Rules()),
+        "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
+        "enrolled_no_persist": (accepted, Rules(Rule(persist=0))),
+        "enrolled_accepting_stops_no_persist": (list(fitted), Rules(Rule(persist=0))),
+        "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR, persist=0))),
+        "enrolled_accepting_stops_slow": (list(fitted), Rules(Rule(slow=SLOW_BAR, persist=0))),
+    }

@@ -47,9 +47,16 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from rtgate.apps.guard.baseline import RHYTHM_MARGIN, SLOW_BAR, Enrolment
+from rtgate.apps.guard.baseline import RHYTHM_MARGIN, Enrolment
 from rtgate.apps.guard.evaluate import roc_auc
-from rtgate.apps.guard.evaluate_enrolment import _enrol_all, _features, _Fleet, _metrics, _run
+from rtgate.apps.guard.evaluate_enrolment import (
+    _enrol_all,
+    _features,
+    _Fleet,
+    _metrics,
+    _run,
+    _ways,
+)
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
 from rtgate.apps.guard.outside import FAMILIES, SEED, Station, describe, make_stations
 from rtgate.apps.guard.rules import Rule, Rules
@@ -194,20 +201,8 @@ def evaluate_outside(
         "fault_rms_db": [-22.0, -6.0],
         "refused_by_enroll": sum(1 for e in accepted if e is None),
     }
-    ways: dict[str, tuple[list[Enrolment | None], Rules]] = {
-        "general": ([None] * n_stations, Rules()),
-        "enrolled": (accepted, Rules()),
-        "enrolled_accepting_stops": (list(fitted), Rules()),
-        "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
-        "enrolled_accepting_stops_rhythm": (list(fitted), Rules(Rule(rhythm=RHYTHM_MARGIN))),
-        "enrolled_no_persist": (accepted, Rules(Rule(persist=0))),
-        "enrolled_accepting_stops_no_persist": (list(fitted), Rules(Rule(persist=0))),
-        "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR, persist=0))),
-        "enrolled_accepting_stops_slow": (
-            list(fitted),
-            Rules(Rule(slow=SLOW_BAR, persist=0)),
-        ),
-    }
+    ways = _ways(n_stations, accepted, fitted)
+    ways["enrolled_accepting_stops_rhythm"] = (list(fitted), Rules(Rule(rhythm=RHYTHM_MARGIN)))
     if station_model:
         ways["enrolled_station_model"] = (
             [None if e.general.get("stops") else e for e in own],
