@@ -165,7 +165,9 @@ async def test_a_job_the_broker_refuses_sends_no_id(prefix: str, redis: aioredis
         assert await other.enqueued(held.id)  # the broker now holds 1 of 1
         app, _ = replica(prefix, queue_size=1)
         async with serving(app) as client:
-            r = await client.post("/v1/gate", json={"input": "limit?", "budget_ms": 150})
+            # a budget that leaves the broker time to answer on a starved machine: with 150 ms a
+            # run at load 7 had 22 ms left, and the wait timed out before the refusal came
+            r = await client.post("/v1/gate", json={"input": "limit?", "budget_ms": 3000})
     finally:
         await other.aclose()
     body = r.json()

@@ -31,7 +31,10 @@ def test_serve_rejects_a_bad_port_and_level() -> None:
 def test_bench_http_small_run() -> None:
     from rtgate.bench.http import run
 
-    report = run(rate=100, seconds=0.5, warmup_s=0.2, connections=4)
+    # A budget no starved machine reaches: with the bench's 50 ms a CI run beside other
+    # jobs saw requests past their budget answered by another route (counted as errors),
+    # so the test depended on the machine's speed. The speed itself is the bench's business.
+    report = run(rate=100, seconds=0.5, warmup_s=0.2, connections=4, budget_ms=30_000.0)
     assert report["requests"] == 50
     assert report["completed"] == 50 and report["error_count"] == 0
     assert 0 < report["p50_ms"] <= report["p99_ms"] <= report["max_ms"]

@@ -354,7 +354,7 @@ def _learned_from(*, scope: bool) -> set[str]:
      ("asks-val3.jsonl", 150, 40, True), ("asks-eval5.jsonl", 190, 130, True),
      ("asks-eval6.jsonl", 230, 145, True), ("asks-eval7.jsonl", 320, 130, True),
      ("asks-eval8.jsonl", 300, 110, True),
-     ("asks-eval9.jsonl", 290, 220, True)],
+     ("asks-eval9.jsonl", 290, 220, True), ("asks-eval10.jsonl", 260, 160, True)],
 )  # fmt: skip
 def test_the_shipped_ask_sets_are_well_formed_and_apart(
     name: str, simple: int, hard: int, scope: bool

@@ -126,6 +126,7 @@ ASK_SETS = {
     "eval7": DATA_DIR / "asks-eval7.jsonl",  # held out, written blind (session 12)
     "eval8": DATA_DIR / "asks-eval8.jsonl",  # held out, written blind (session 13)
     "eval9": DATA_DIR / "asks-eval9.jsonl",  # held out, written blind (session 14)
+    "eval10": DATA_DIR / "asks-eval10.jsonl",  # held out, written blind (session 15)
 }
 FAST = ("template", "cache", "local")
 Bars = tuple[float, float]

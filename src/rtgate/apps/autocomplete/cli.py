@@ -112,7 +112,7 @@ def bench_abstention(
         None,
         "--sets",
         help="ask sets, comma-separated: tune, train2, train3, val, val2, val3, eval, eval2, "
-        "eval3, eval4, eval5, eval6, eval7, eval8, eval9, or paths "
+        "eval3, eval4, eval5, eval6, eval7, eval8, eval9, eval10, or paths "
         "(default: tune,eval, or none with --asks)",
     ),
     asks: list[Path] = typer.Option(
