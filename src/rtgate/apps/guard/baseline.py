@@ -65,10 +65,11 @@ its whole size. Two vetoes: the slow clause's (the low bands' slow average over
 the high ones (``PERSIST_MID``, 4.0-5.4 kHz) with their own median over ``PERSIST_MID_VETO``
 times their range: a rise across 4-8 kHz alike is a hiss (compressed air), where a bearing's
 impacts lift the top bands far more than those under them. The low bands' veto holds for
-``PERSIST_HOLD`` windows after it lifts (Session 15): the median remembers the last
-``PERSIST_WINDOWS`` windows, the slow average forgets faster, so without the hold a vehicle's
-pass still in the ring's median was a hit once the average had let go (a spindle with a
-forklift's reversing beeper, outside seed 20261204). It only adds hits.
+``PERSIST_HOLD`` windows after it lifts (Session 15), so that most of the ring is past it:
+the median remembers the last ``PERSIST_WINDOWS`` windows, the slow average forgets faster,
+and without the hold a vehicle's pass still in the ring's median was a hit once the average
+had let go (a spindle with a forklift's reversing beeper, outside seed 20261204). It only
+adds hits.
 
 Files (:class:`EnrolmentStore`): one JSON file per station in a directory: the numbers, the
 provenance of the recording and the detector they belong to. Format /3 added
@@ -171,7 +172,7 @@ PERSIST_FLOOR = 0.5  # in units of sd: the least a feature's median range is tak
 PERSIST_BAR = 6.0  # the rules' persist bar (Session 14; on by default)
 PERSIST_MID = slice(30, 35)  # the bands under the high ones (centres 4.0-5.4 kHz) that veto it
 PERSIST_MID_VETO = 3.0  # no persist hit while a mid band's median is this far over its own
-PERSIST_HOLD = PERSIST_WINDOWS  # windows the low bands' veto holds a persist hit after it lifts
+PERSIST_HOLD = PERSIST_WINDOWS // 2 + 1  # windows the low veto holds after it lifts
 
 
 def default_enrolment_dir() -> Path:
