@@ -18,6 +18,7 @@ from rtgate.apps.guard.baseline import (
     FORMAT_STEADY,
     PERSIST_BAR,
     PERSIST_FLOOR,
+    PERSIST_HOLD,
     PERSIST_MID,
     PERSIST_MID_VETO,
     PERSIST_WINDOWS,
@@ -279,3 +280,46 @@ def test_one_high_band_alone_is_not_a_hit_two_are() -> None:
     two[0, HIGH[1]] = 1.5 * PERSIST_BAR
     assert any(_hits(base, [two] * 60))
     assert float(base.last_persist[0]) == pytest.approx(1.5 * PERSIST_BAR)
+
+
+def test_a_pass_still_in_the_median_after_the_low_bands_let_go_is_no_hit() -> None:
+    """A vehicle lifts the low and the high bands together; the low bands' slow average lets
+    go of it some windows before the ring's median does. The veto holds for ``PERSIST_HOLD``
+    windows after it lifts, so the pass's tail in the median is no hit (Session 15)."""
+    assert PERSIST_HOLD >= HALF  # the median forgets a pass once half the ring is past it
+    passing = [_window(high=2 * PERSIST_BAR, low=2 * SLOW_VETO)] * 40
+    quiet = [_window()] * 40
+    base = Baselines([_enrolment()], persist=[PERSIST_BAR])
+    hits = _hits(base, passing + quiet)
+    assert not any(hits)
+    # the same pass, then a fault in the high bands alone: stopped once the hold is over
+    base.reset()
+    fault = [_window(high=2 * PERSIST_BAR)] * 60
+    hits = _hits(base, passing + fault)
+    assert any(hits[40:]) and not any(hits[:40])
+    first = hits.index(True)
+    assert 40 + HALF - 1 <= first <= 40 + PERSIST_HOLD + 16  # the veto's own decay, then the hold
+
+
+def test_a_forklift_passing_a_healthy_spindle_is_not_a_stop(monkeypatch: Any) -> None:
+    """Outside seed 20261204 (validation since Session 15), station 67 made healthy: a spindle
+    (top bands steady while enrolled: their median's range is the floor) with a forklift
+    passing 1.2-1.9 s into the scored part, its reversing beeper at 2.6-3.2 kHz (its
+    aliased odd harmonics in the 5.4-8 kHz bands). The persist clause stopped it at 2.16 s,
+    after the low bands' slow average had let go of the beeper while the median still held
+    it; the hold keeps it a healthy run."""
+    from rtgate.apps.guard import baseline
+    from rtgate.apps.guard.features import RATE
+    from rtgate.apps.guard.outside import make_station
+
+    from .test_guard_slow import _outside_station
+
+    st = _outside_station(20261204, 67)
+    assert st.machine.family == "spindle" and "forklift" in st.machine.backgrounds
+    healthy = make_station(st.machine, 45.0, None, 0.0, st.fault_rms_db)
+    e = _enrol(healthy.audio[: 30 * RATE])
+    scored = healthy.audio[30 * RATE : 45 * RATE]
+    assert _stops(scored, e, Rules()) == []
+    monkeypatch.setattr(baseline, "PERSIST_HOLD", 1)  # the veto without its hold (Session 14)
+    (at, rule), *_ = _stops(scored, e, Rules())
+    assert 1.9 < at < 2.4 and "median>=" in rule

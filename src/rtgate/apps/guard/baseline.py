@@ -64,7 +64,12 @@ its whole size. Two vetoes: the slow clause's (the low bands' slow average over
 ``SLOW_VETO`` times their own range: a vehicle, a change of speed) and the bands just under
 the high ones (``PERSIST_MID``, 4.0-5.4 kHz) with their own median over ``PERSIST_MID_VETO``
 times their range: a rise across 4-8 kHz alike is a hiss (compressed air), where a bearing's
-impacts lift the top bands far more than those under them. It only adds hits.
+impacts lift the top bands far more than those under them. The low bands' veto holds for
+``PERSIST_HOLD`` windows after it lifts (Session 15), so that most of the ring is past it:
+the median remembers the last ``PERSIST_WINDOWS`` windows, the slow average forgets faster,
+and without the hold a vehicle's pass still in the ring's median was a hit once the average
+had let go (a spindle with a forklift's reversing beeper, outside seed 20261204). It only
+adds hits.
 
 Files (:class:`EnrolmentStore`): one JSON file per station in a directory: the numbers, the
 provenance of the recording and the detector they belong to. Format /3 added
@@ -112,6 +117,7 @@ __all__ = [
     "LOGIT_BOUND",
     "PERSIST_BAR",
     "PERSIST_FLOOR",
+    "PERSIST_HOLD",
     "PERSIST_MID",
     "PERSIST_MID_VETO",
     "PERSIST_WINDOWS",
@@ -166,6 +172,7 @@ PERSIST_FLOOR = 0.5  # in units of sd: the least a feature's median range is tak
 PERSIST_BAR = 6.0  # the rules' persist bar (Session 14; on by default)
 PERSIST_MID = slice(30, 35)  # the bands under the high ones (centres 4.0-5.4 kHz) that veto it
 PERSIST_MID_VETO = 3.0  # no persist hit while a mid band's median is this far over its own
+PERSIST_HOLD = PERSIST_WINDOWS // 2 + 1  # windows the low veto holds after it lifts
 
 
 def default_enrolment_dir() -> Path:
@@ -486,8 +493,9 @@ class Baselines:
     it and an enrolment of format /6 counts a window as a hit (``last_novel``) when its
     steady statistic (``last_persist``: the second-highest over the ``SLOW_HIGH`` bands of
     the median of ``z`` over the last ``PERSIST_WINDOWS`` windows, over the recording's highest)
-    reaches the bar while the low bands' slow average is under ``SLOW_VETO`` times their own
-    range and the ``PERSIST_MID`` bands' median under ``PERSIST_MID_VETO`` times theirs.
+    reaches the bar while the low bands' slow average has been under ``SLOW_VETO`` times their
+    own range for the last ``PERSIST_HOLD`` windows and the ``PERSIST_MID`` bands' median is
+    under ``PERSIST_MID_VETO`` times theirs.
     """
 
     def __init__(
@@ -601,6 +609,7 @@ class Baselines:
         self._ring_mid = np.zeros((n, mid, PERSIST_WINDOWS), np.float32)
         self._ring_work = np.zeros_like(self._ring)
         self._pos = np.zeros(n, np.int64)  # where each station's next window goes
+        self._calm_run = np.full(n, PERSIST_HOLD, np.int64)  # windows since the low veto
         self._rows = np.arange(n)
         self._ema = self.slow_clause or self.persist_clause  # the slow average (and veto)
         self._ms = np.zeros((n, N_FEATURES), np.float32)
@@ -633,6 +642,7 @@ class Baselines:
         self._ring[sel] = 0.0
         self._ring_mid[sel] = 0.0
         self._pos[sel] = 0
+        self._calm_run[sel] = PERSIST_HOLD
         self._level[sel] = self._level0[sel]
 
     def adjust(
@@ -683,8 +693,10 @@ class Baselines:
                 self._pos[idx] = (pos + 1) % PERSIST_WINDOWS
                 v = _second_highest(_median_last(self._ring[idx]) * self._pq_inv[idx])
                 self.last_persist[idx] = v
+                run = np.where(calm, self._calm_run[idx] + 1, 0)
+                self._calm_run[idx] = run
                 mid = _median_last(self._ring_mid[idx]) * self._pq_mid_inv[idx]
-                calm &= mid.max(axis=1) < np.float32(PERSIST_MID_VETO)
+                calm = (run >= PERSIST_HOLD) & (mid.max(axis=1) < np.float32(PERSIST_MID_VETO))
                 self.last_novel[idx] |= (v >= self.persist_threshold[idx]) & calm
         g = np.clip(peak * self._gate_a[idx] - self._gate_b[idx], 0.0, 1.0)
         out = logits - self._cal[idx] + self._span[idx] * g - self._shift[idx]
@@ -737,9 +749,9 @@ class Baselines:
             med = work[:, :, PERSIST_WINDOWS // 2]
             med *= self._pq_inv
             self.last_persist[:] = _second_highest(med)
-            over = (self.last_persist >= self.persist_threshold) & (
-                self._slow_low < np.float32(SLOW_VETO)
-            )
+            self._calm_run += 1  # the low bands' veto and its hold
+            self._calm_run[self._slow_low >= np.float32(SLOW_VETO)] = 0
+            over = (self.last_persist >= self.persist_threshold) & (self._calm_run >= PERSIST_HOLD)
             rows = np.flatnonzero(over)
             if len(rows):  # the mid bands' veto, only where the high ones reach the bar
                 mid = _median_last(self._ring_mid[rows]) * self._pq_mid_inv[rows]
