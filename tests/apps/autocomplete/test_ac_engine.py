@@ -7,7 +7,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from rtgate.apps.autocomplete.engine import PLACEHOLDER, ROUTES, check_budget, check_prefix
+from rtgate.apps.autocomplete.abstention import cause_of
+from rtgate.apps.autocomplete.engine import (
+    FAST_WINDOW_CHARS,
+    MAX_PREFIX_CHARS,
+    PLACEHOLDER,
+    ROUTES,
+    check_budget,
+    check_prefix,
+)
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
 from rtgate.core.budget import Budget
 from rtgate.core.errors import InvalidRequest
@@ -156,8 +164,11 @@ async def test_a_hanging_model_is_cut_off_and_the_classifier_answers(
 def test_bad_input_is_refused_clearly() -> None:
     with pytest.raises(InvalidRequest, match="string"):
         check_prefix(42)
-    with pytest.raises(InvalidRequest, match="at most 256"):
-        check_prefix("x" * 257)
+    with pytest.raises(InvalidRequest, match=f"at most {MAX_PREFIX_CHARS}"):
+        check_prefix("x" * (MAX_PREFIX_CHARS + 1))
+    assert MAX_PREFIX_CHARS <= 8192  # a hard bound of a few KB
+    long_ = "x " * (FAST_WINDOW_CHARS + 1)  # a long message is not an error
+    assert check_prefix(long_) == long_
     for bad_text in ("a\x00b", "lone \ud800", "bell\x07"):
         with pytest.raises(InvalidRequest, match="not allowed"):
             check_prefix(bad_text)
@@ -251,3 +262,38 @@ def test_a_judge_file_that_builds_the_local_tier_otherwise_is_refused_clearly(
     monkeypatch.setattr(engine_module, "load_judge", lambda: judge)
     with pytest.raises(ConfigError, match=r"meta\.local may only set complex_p"):
         engine_module.AutocompleteEngine.build(reader=reader)
+
+
+# a long, single-topic personal message: longer than the fast tiers read
+STORY = (
+    "I was charged twice at the same hotel in Lisbon last week, once at check-in and once "
+    "at check-out, and the app still shows both charges even though the front desk told "
+    "me one of them was only a hold that would be released within three business days, "
+    "and it has now been eight days. "
+)
+LONG_ASK = STORY + "how do I dispute the second charge?"
+
+
+async def test_a_message_past_the_fast_window_goes_to_the_big_model_not_an_error(
+    reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
+) -> None:
+    assert FAST_WINDOW_CHARS < len(LONG_ASK) <= MAX_PREFIX_CHARS
+    async with engine_with(reader, cloud=gated) as engine:
+        inside = await engine.complete(STORY[:200] + " ")
+        assert inside.route != "silent"  # within the window the fast tiers read it
+        res = await engine.complete(LONG_ASK)
+        assert res.route == "cloud_async" and res.job_id is not None
+        assert res.candidates[-1].text == PLACEHOLDER["en"]
+        declined = [a for a in res.trace["attempts"] if a["outcome"] == "declined"]
+        fast = {a["tier"]: a["detail"] for a in declined if a["tier"] in ("template", "local")}
+        assert len(fast) == 2 and all("beyond the fast window" in d for d in fast.values())
+        assert cause_of(res.trace) == "beyond_window"
+        # inside a word past the window: no suggestion and no cloud call yet, no error
+        typing = await engine.complete(LONG_ASK[:-3])
+        assert typing.route == "silent" and typing.job_id is None
+        # the pause sends the whole text, wherever it ends
+        paused = await engine.complete(LONG_ASK[:-3], pause=True)
+        assert paused.route == "cloud_async" and paused.job_id is not None
+        cloud.release.set()
+        later = await engine.followup(res.job_id)
+    assert later.route == "cloud" and LONG_ASK in cloud.started

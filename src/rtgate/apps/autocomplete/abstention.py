@@ -50,6 +50,7 @@ import numpy as np
 
 from rtgate.apps.autocomplete.bench import pct
 from rtgate.apps.autocomplete.engine import (
+    FAST_WINDOW_CHARS,
     MAX_PREFIX_CHARS,
     AutocompleteEngine,
     EngineConfig,
@@ -100,6 +101,7 @@ __all__ = [
     "fit_rows",
     "fit_single",
     "gather",
+    "keys_of",
     "pick_pause_threshold",
     "pick_threshold",
     "pick_thresholds",
@@ -137,7 +139,7 @@ SCOPE_BAR_GRID = tuple(k / 100.0 for k in range(30, 100))
 _LATE = 0.6  # share of a complex ask after which its prefix is labelled "not answerable"
 # why a prefix started a cloud job (:func:`cause_of`), in the order they are checked
 CAUSES = ("scope_bar", "judge_semantic", "judge", "semantic", "declined_complex",
-          "declined_unknown", "budget", "other")  # fmt: skip
+          "declined_unknown", "beyond_window", "budget", "other")  # fmt: skip
 _BELOW = re.compile(r"\(p=\S+ < ")
 
 
@@ -152,6 +154,8 @@ def cause_of(trace: Mapping[str, Any]) -> str:
     - ``semantic``: the semantic scope check vetoed it (not overruled);
     - ``declined_complex`` / ``declined_unknown``: the local tier declined a long prefix it
       read as complex, or did not recognise, and nothing else answered;
+    - ``beyond_window``: the prefix was longer than the fast tiers read
+      (:data:`~rtgate.apps.autocomplete.engine.FAST_WINDOW_CHARS`);
     - ``budget``: no fast tier answered within the budget (cut off, or skipped as too slow);
     - ``other``: anything else (e.g. no candidates at all).
     """
@@ -174,6 +178,8 @@ def cause_of(trace: Mapping[str, Any]) -> str:
         return "declined_complex"
     if "unknown ask" in detail:
         return "declined_unknown"
+    if "beyond the fast window" in detail:
+        return "beyond_window"
     return "other"
 
 
@@ -193,9 +199,10 @@ class Row:
 
 
 def keys_of(text: str, lex: frozenset[str], rng: random.Random) -> list[str]:
-    """The prefixes of ``text`` as the replay types them, up to the engine's limit
-    (:data:`MAX_PREFIX_CHARS`): a box sends no longer prefix, so an ask longer than that is
-    judged on what was sent, and at the pause on its last prefix within the limit."""
+    """The prefixes of ``text`` as the replay types them, up to the engine's hard limit
+    (:data:`MAX_PREFIX_CHARS`, a few KB: no ask of a set reaches it). A prefix longer than
+    the fast tiers' window (:data:`FAST_WINDOW_CHARS`) is typed too: the engine sends it to
+    the big model."""
     return [k.prefix for k in typed(text, lex, rng) if len(k.prefix) <= MAX_PREFIX_CHARS]
 
 
@@ -648,7 +655,9 @@ async def evaluate(
             engine.cancel(job)
         engine.forget(f"ask-{i}")
     out: dict[str, Any] = {"n_asks": len(asks)}
-    # asks longer than a box sends: judged on their first MAX_PREFIX_CHARS characters
+    # asks longer than the fast tiers read (typed whole: the big model's past the window)
+    out["beyond_window"] = sum(len(a.text) > FAST_WINDOW_CHARS for a in asks)
+    # asks longer than the engine takes: judged on their first MAX_PREFIX_CHARS characters
     out["cut_at_limit"] = sum(len(a.text) > MAX_PREFIX_CHARS for a in asks)
     for lang in ("all", "zh", "en"):
         part = [k for k, a in enumerate(asks) if lang in ("all", a.lang)]

@@ -72,6 +72,7 @@ from rtgate.tiers.intents import Example
 from rtgate.tiers.textnorm import lang_of
 
 __all__ = [
+    "FAST_WINDOW_CHARS",
     "MAX_PREFIX_CHARS",
     "PLACEHOLDER",
     "ROUTES",
@@ -80,6 +81,7 @@ __all__ = [
     "EngineConfig",
     "Mode",
     "at_boundary",
+    "beyond_window",
     "build_reader",
     "check_budget",
     "check_prefix",
@@ -87,7 +89,11 @@ __all__ = [
 ]
 
 Mode = Literal["emulated", "real"]
-MAX_PREFIX_CHARS = 256
+# the fast tiers read a prefix of at most this many characters; a longer one (a user
+# typing a long message) is the big model's: delegated, never an error
+FAST_WINDOW_CHARS = 256
+# a prefix longer than this is refused (``InvalidRequest``): no box sends one
+MAX_PREFIX_CHARS = 4096
 MIN_BUDGET_MS, MAX_BUDGET_MS = 5.0, 10_000.0
 PLACEHOLDER = {"zh": "正在为你生成建议…", "en": "Finding suggestions…"}
 ROUTES = ("template", "cache", "local", "cloud_async", "silent")
@@ -171,6 +177,11 @@ def build_reader(examples: Sequence[Example] | None = None) -> Reader:
     return Reader(classifier, CandidatePool(rows, extra))
 
 
+def beyond_window(text: str) -> bool:
+    """Whether ``text`` is longer than the fast tiers read (:data:`FAST_WINDOW_CHARS`)."""
+    return len(text) > FAST_WINDOW_CHARS
+
+
 def at_boundary(text: str) -> bool:
     """Worth a cloud call: Chinese arrives in IME commits (whole words); English only once
     a word is finished (a space or punctuation), not on every keystroke inside it."""
@@ -179,7 +190,11 @@ def at_boundary(text: str) -> bool:
 
 def may_delegate(text: str, cfg: EngineConfig, *, pause: bool = False) -> bool:
     """Whether ``text`` is worth a cloud call at all: long enough, at a word's end; or,
-    at a ``pause`` (the whole ask), ``pause_min_units`` / ``pause_min_words`` of it."""
+    at a ``pause`` (the whole ask), ``pause_min_units`` / ``pause_min_words`` of it.
+    Beyond the fast tiers' window (:func:`beyond_window`) any text at a word's end (or at
+    the pause) is: no fast tier reads it, so only the big model can answer it."""
+    if beyond_window(text):
+        return pause or at_boundary(text)
     en = lang_of(text) == "en"
     if pause:
         return units(text) >= (cfg.pause_min_words if en else cfg.pause_min_units)
@@ -281,7 +296,9 @@ class AutocompleteEngine:
                 f"{judge_path()}: meta.local may only set complex_p (how the judge's local "
                 f"tier was built), got {fitted_with!r}; refit it (rtgate intents judge)"
             )
-        local = LocalSuggestTier(reader, local_scorer, **{**fitted_with, **cfg.local})
+        local = LocalSuggestTier(
+            reader, local_scorer, **{"window": FAST_WINDOW_CHARS, **fitted_with, **cfg.local}
+        )
         if cloud is None:
             inner = CloudSuggestTier(reader, cloud_scorer)
             seed = cfg.seed
@@ -293,7 +310,7 @@ class AutocompleteEngine:
         cache = CacheTier(ExactCache(max_entries=8192), name="cache", quality=30)
         tiers: list[Tier] = [cache, local, cloud]
         if cfg.templates:
-            tiers.append(TemplateSuggestTier(table, reader))
+            tiers.append(TemplateSuggestTier(table, reader, window=FAST_WINDOW_CHARS))
         if cfg.semantic and judge is not None:  # the check is a part of the judge's veto
             scope = load_semantic_scope(
                 embedder=Embedder(threads=cfg.semantic_threads), parts=cfg.semantic_parts
@@ -368,7 +385,10 @@ class AutocompleteEngine:
         docstring); a newer prefix of the session makes an older one's check moot.
         ``pause``: the user stopped typing (or submitted), so ``prefix`` is the whole ask:
         it is judged, and may be delegated, even when short or inside a word
-        (:meth:`may_delegate`)."""
+        (:meth:`may_delegate`). A prefix longer than the fast tiers' window
+        (:data:`FAST_WINDOW_CHARS`) is not read by them: it goes to the big model (route
+        ``cloud_async``, at a word's end or the pause); one longer than
+        :data:`MAX_PREFIX_CHARS` is an ``InvalidRequest``."""
         text = check_prefix(prefix)
         budget = check_budget(budget_ms)
         t0 = time.perf_counter()
@@ -376,6 +396,8 @@ class AutocompleteEngine:
             return CompleteResult(text, [], "silent", (time.perf_counter() - t0) * 1000.0)
         delegate = self.may_delegate(text, pause=pause)
         meta: dict[str, Any] = {"pause": True} if pause else {}
+        if beyond_window(text):
+            meta["beyond_window"] = True
         watch = self.watch
         if watch is not None and delegate:
             seen = watch.cached(text)  # read before: judged now, at no cost
