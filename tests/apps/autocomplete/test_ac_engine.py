@@ -15,10 +15,11 @@ from rtgate.apps.autocomplete.engine import (
     ROUTES,
     check_budget,
     check_prefix,
+    reading,
 )
-from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
+from rtgate.apps.autocomplete.tiers import BackgroundOnly, LocalSuggestTier, Reader
 from rtgate.core.budget import Budget
-from rtgate.core.errors import InvalidRequest
+from rtgate.core.errors import ConfigError, Declined, InvalidRequest
 from rtgate.domains.loader import INTENTS
 from tests.apps.autocomplete.ac_helpers import CLOUD_CANDIDATES, GatedCloud, engine_with
 
@@ -225,9 +226,6 @@ async def test_without_the_judge_a_keyword_answer_is_final(
 def test_a_local_tier_without_a_complex_bar_leaves_long_complex_prefixes_to_the_judge(
     reader: Reader,
 ) -> None:
-    from rtgate.apps.autocomplete.tiers import LocalSuggestTier
-    from rtgate.core.errors import Declined
-
     text = "我下个月要去日本旅游两周，想临时提额到5万，同时把上个月那笔消费分6期"
     with pytest.raises(Declined, match="complex ask"):
         LocalSuggestTier(reader).read(text)
@@ -236,9 +234,6 @@ def test_a_local_tier_without_a_complex_bar_leaves_long_complex_prefixes_to_the_
 
 
 def test_the_complex_decline_applies_to_the_languages_named_only(reader: Reader) -> None:
-    from rtgate.apps.autocomplete.tiers import LocalSuggestTier
-    from rtgate.core.errors import Declined
-
     en = "if my card was charged twice abroad and only one charge was refunded what happens"
     zh = "我下个月要去日本旅游两周，想临时提额到5万，同时把上个月那笔消费分6期"
     default = LocalSuggestTier(reader)  # Chinese only: English is left to the judge
@@ -297,3 +292,22 @@ async def test_a_message_past_the_fast_window_goes_to_the_big_model_not_an_error
         cloud.release.set()
         later = await engine.followup(res.job_id)
     assert later.route == "cloud" and LONG_ASK in cloud.started
+
+
+async def test_the_complex_decline_reads_what_its_view_gives(reader: Reader) -> None:
+    whole = LocalSuggestTier(reader)
+    with pytest.raises(Declined, match="complex ask"):
+        whole.read(COMPLEX_ASK)
+    asked = LocalSuggestTier(reader, complex_view=lambda _t: "我想查一下我的账单明细")
+    _, found = asked.read(COMPLEX_ASK)
+    assert found
+
+
+def test_what_the_engine_reads_is_configured_by_name() -> None:
+    assert reading("text") is None
+    view, whole = reading("view"), reading("view_whole")
+    assert view is not None and whole is not None
+    typing = "I bought a lamp last week, it arrived broken and the"
+    assert view(typing) == "it arrived broken and the" and whole(typing) == typing
+    with pytest.raises(ConfigError, match="unknown reading"):
+        reading("all")  # type: ignore[arg-type]

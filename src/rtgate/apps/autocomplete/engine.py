@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -67,6 +68,7 @@ from rtgate.models.embeddings import Embedder
 from rtgate.tiers.base import Tier
 from rtgate.tiers.cache import CacheTier, ExactCache
 from rtgate.tiers.classifier import IntentClassifier
+from rtgate.tiers.clause_reader import request_view
 from rtgate.tiers.emulated import CLOUD_70B, EmulatedLatency
 from rtgate.tiers.intents import Example
 from rtgate.tiers.textnorm import lang_of
@@ -86,9 +88,11 @@ __all__ = [
     "check_budget",
     "check_prefix",
     "may_delegate",
+    "reading",
 ]
 
 Mode = Literal["emulated", "real"]
+ViewName = Literal["text", "view", "view_whole"]
 # the fast tiers read a prefix of at most this many characters; a longer one (a user
 # typing a long message) is the big model's: delegated, never an error
 FAST_WINDOW_CHARS = 256
@@ -130,6 +134,13 @@ class EngineConfig:
     semantic_threads: int = 1  # the embedding engine's threads (one core left to the loop)
     # the clause reader reads the check's vetoes again: one request is not multi-part
     semantic_parts: bool = False
+    # what the judge, the semantic check and the local tier's complex decline read of a
+    # prefix, each: "text" (all of it), or its request view (the clauses that ask,
+    # :func:`~rtgate.tiers.clause_reader.request_view`; a situation still being typed
+    # gives its last clause, "view", or all of it, "view_whole")
+    judge_reads: ViewName = "text"
+    semantic_reads: ViewName = "text"
+    decline_reads: ViewName = "text"
 
 
 @dataclass(slots=True)
@@ -180,6 +191,17 @@ def build_reader(examples: Sequence[Example] | None = None) -> Reader:
 def beyond_window(text: str) -> bool:
     """Whether ``text`` is longer than the fast tiers read (:data:`FAST_WINDOW_CHARS`)."""
     return len(text) > FAST_WINDOW_CHARS
+
+
+def reading(name: ViewName) -> Callable[[str], str] | None:
+    """What a part of the engine reads of a prefix (:attr:`EngineConfig.judge_reads`):
+    ``None`` for all of it, else its request view."""
+    if name == "text":
+        return None
+    if name not in ("view", "view_whole"):
+        raise ConfigError(f"unknown reading {name!r}: text, view or view_whole")
+    unasked = "last" if name == "view" else "whole"
+    return functools.partial(request_view, unasked=unasked)
 
 
 def at_boundary(text: str) -> bool:
@@ -288,6 +310,8 @@ class AutocompleteEngine:
             else:
                 local_scorer = EmulatedScorer(seed=cfg.seed)
         judge: Any = load_judge() if cfg.judge and judge_path().exists() else None
+        if judge is not None:
+            judge.view = reading(cfg.judge_reads)
         # a judge fitted through a local tier built otherwise (rtgate intents judge
         # --single: e.g. one that leaves long complex prefixes to it) has it built so
         fitted_with = judge.meta.get("local", {}) if judge is not None else {}
@@ -296,9 +320,8 @@ class AutocompleteEngine:
                 f"{judge_path()}: meta.local may only set complex_p (how the judge's local "
                 f"tier was built), got {fitted_with!r}; refit it (rtgate intents judge)"
             )
-        local = LocalSuggestTier(
-            reader, local_scorer, **{"window": FAST_WINDOW_CHARS, **fitted_with, **cfg.local}
-        )
+        built = {"window": FAST_WINDOW_CHARS, "complex_view": reading(cfg.decline_reads)}
+        local = LocalSuggestTier(reader, local_scorer, **{**built, **fitted_with, **cfg.local})
         if cloud is None:
             inner = CloudSuggestTier(reader, cloud_scorer)
             seed = cfg.seed
@@ -316,6 +339,7 @@ class AutocompleteEngine:
                 embedder=Embedder(threads=cfg.semantic_threads), parts=cfg.semantic_parts
             )
             if scope is not None:
+                scope.view = reading(cfg.semantic_reads)
                 judge = SemanticVeto(judge, scope, overrule=cfg.semantic_overrule)
         gate = Gate(
             tiers,

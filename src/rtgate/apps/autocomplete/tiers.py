@@ -167,6 +167,8 @@ class LocalSuggestTier(Tier):
             no known query continues is an unknown ask: declined too.
         window: a prefix longer than this many characters is not read: declined (the
             big model takes a long message); ``None``: any length.
+        complex_view: what of a long prefix the complex decline reads (``None``: all of
+            it), e.g. its request view (:func:`~rtgate.tiers.clause_reader.request_view`).
         margin_ms: time kept to answer without the model when its call runs late (and for
             the scheduling jitter of a busy machine).
         on_skip: called with the prefix when the model did not fit (background refinement).
@@ -192,9 +194,11 @@ class LocalSuggestTier(Tier):
         quality: int = 20,
         on_skip: Callable[[str], None] | None = None,
         window: int | None = None,
+        complex_view: Callable[[str], str] | None = None,
     ) -> None:
         self.name = "local"
         self.window = window
+        self.complex_view = complex_view
         self.quality = quality
         self.reader = reader
         self.scorer = scorer
@@ -226,8 +230,11 @@ class LocalSuggestTier(Tier):
         lang = lang_of(text)
         long = cloud and n >= self.long_units[0 if lang == "zh" else 1]
         declines = self.complex_p is not None and lang in self.complex_langs
-        if long and declines and r.proba.get(COMPLEX, 0.0) >= (self.complex_p or 0.0):
-            raise Declined(f"local: a complex ask (p={r.proba[COMPLEX]:.2f})")
+        if long and declines:
+            seen = r if self.complex_view is None else self.reader.read(self.complex_view(text))
+            p_complex = seen.proba.get(COMPLEX, 0.0)
+            if p_complex >= (self.complex_p or 0.0):
+                raise Declined(f"local: a complex ask (p={p_complex:.2f})")
         if long and r.p < self.unknown_p and not r.extending:
             raise Declined(f"local: unknown ask (p={r.p:.2f})")
         found = self.reader.pool.suggest(
