@@ -24,7 +24,7 @@ thresholds and for a grid of them, per set and language.
 from __future__ import annotations
 
 import itertools
-import math
+import os
 import pickle
 import sys
 from collections.abc import Mapping, Sequence
@@ -44,6 +44,7 @@ from rtgate.tiers.textnorm import lang_of, normalize
 Gathered = dict[str, tuple[list[Ask], list[Row]]]
 COMPLEX_P, ZH_LONG = 0.7, 16  # the local tier's decline (Chinese), as shipped
 OVERRULE = 0.99
+EVERY = int(os.environ.get("EVERY", "1"))
 LOWEST_T = 0.02  # the lowest typed threshold of the grid (no pause threshold is lower)
 
 
@@ -71,15 +72,13 @@ def cmd_read(rows_path: str, out: str, variants: Sequence[str]) -> None:
     assert scope is not None
     reader = build_reader()
     sem: dict[str, float] = {}
-    feats: dict[tuple[str, float], tuple[float, bool]] = {}
+    feats: dict[str, list[float]] = {}
 
-    def judged(text: str, conf: float) -> tuple[float, bool]:
-        key = (text, conf)
-        if key not in feats:
-            piece = Piece("", {"confidence": conf})
-            x, _ = judge.features(text, piece)
-            feats[key] = (judge.probability(x), judge.vetoes(x))
-        return feats[key]
+    def judged(text: str, logit_conf: float) -> tuple[float, bool]:
+        if text not in feats:
+            feats[text], _ = judge.features(text, Piece("", {"confidence": 0.5}))
+        x = [logit_conf, *feats[text][1:]]  # the fast answer's own confidence
+        return judge.probability(x), judge.vetoes(x)
 
     def declines(text: str, seen: str) -> bool:
         if lang_of(text) != "zh" or units(text) < ZH_LONG:
@@ -88,6 +87,11 @@ def cmd_read(rows_path: str, out: str, variants: Sequence[str]) -> None:
 
     result: dict[str, Any] = {"sets": {}}
     for name, (asks, rows) in g.items():
+        if EVERY > 1:  # every EVERY-th ask only (time)
+            keep = {k: k // EVERY for k in range(0, len(asks), EVERY)}
+            asks = [asks[k] for k in keep]
+            rows = [Row(keep[r.ask], r.prefix, r.kind, r.lang, r.x, r.label,
+                        r.delegated_anyway, r.pause) for r in rows if r.ask in keep]  # fmt: skip
         per: dict[str, Any] = {"asks": asks, "rows": rows, "variants": {}}
         for var in variants:
             jv, sv, dv = var[0], var[1], var[2]
@@ -98,8 +102,7 @@ def cmd_read(rows_path: str, out: str, variants: Sequence[str]) -> None:
                     veto.append(False)
                     dec.append(False)
                     continue
-                conf = 1.0 / (1.0 + math.exp(-r.x[0]))
-                pj, vj = judged(_view(r.prefix, jv), conf)
+                pj, vj = judged(_view(r.prefix, jv), r.x[0])
                 p.append(pj)
                 veto.append(vj)
                 dec.append(declines(r.prefix, _view(r.prefix, dv)))
@@ -167,9 +170,12 @@ def shares(asks: Sequence[Ask], w: Any, lang: str = "all") -> tuple[float, float
 
 
 def cmd_points(read_path: str, fit: Sequence[str], check: Sequence[str]) -> None:
-    with open(read_path, "rb") as f:
-        res = pickle.load(f)
-    sets, sh = res["sets"], res["shipped"]
+    sets: dict[str, Any] = {}
+    for path in read_path.split(","):
+        with open(path, "rb") as f:
+            res = pickle.load(f)
+        sets.update(res["sets"])
+    sh = res["shipped"]
     names = list(sets)
     variants = list(next(iter(sets.values()))["variants"])
     base = (sh["t"], sh["tp"], sh["b"], sh["pb"])
@@ -185,9 +191,34 @@ def cmd_points(read_path: str, fit: Sequence[str], check: Sequence[str]) -> None
                 cells.append(f"{lang} {100 * c:5.1f} / {100 * fa:5.1f} ({nh}/{ne})")
             print(f"  {n:6s} " + "  ".join(cells))
     grid = list(itertools.product(
-        (0.02, 0.05, 0.11, 0.2), (0.05, 0.1, 0.22, 0.35), (0.9, 0.95, 0.97, 0.99, 1.01),
-        (0.9, 0.95, 0.97, 0.99, 1.01),
+        (0.02, 0.03, 0.05, 0.08, 0.11, 0.15, 0.2), (0.05, 0.1, 0.15, 0.22, 0.3),
+        (0.9, 0.95, 0.97, 0.99, 1.01), (0.88, 0.9, 0.95, 0.97, 0.99, 1.01),
     ))  # fmt: skip
+
+    def pooled(var: str, th: Any, among: Sequence[str]) -> tuple[float, float]:
+        cs: list[bool] = []
+        fs: list[bool] = []
+        for n in among:
+            per = sets[n]
+            w = went(per, var, *th)
+            simple = np.asarray([a.kind == "simple" for a in per["asks"]])
+            cs.extend(w[~simple].tolist())
+            fs.extend((~w[simple]).tolist())
+        return float(np.mean(cs)), float(np.mean(fs))
+
+    for var in variants:
+        for pick, other in ((fit, check), (check, fit), (names, [])):
+            best_p = max(grid, key=lambda th: min(pooled(var, th, pick)))
+            c, fa = pooled(var, best_p, pick)
+            print(f"== {var}: chosen on {'+'.join(pick)} pooled (max of the lower): {best_p}: "
+                  f"{100 * c:.1f} / {100 * fa:.1f}")  # fmt: skip
+            for n in [*pick, *other]:
+                cells = []
+                for lang in ("all", "zh", "en"):
+                    cc, ff, _, _ = shares(sets[n]["asks"], went(sets[n], var, *best_p), lang)
+                    cells.append(f"{lang} {100 * cc:5.1f} / {100 * ff:5.1f}")
+                tag = "chosen on" if n in pick else "checked on"
+                print(f"  {n:6s} " + "  ".join(cells) + f"  ({tag})")
     for var in variants:
         for pick, other in ((fit, check), (check, fit)):
             best = None

@@ -58,7 +58,7 @@ from rtgate.apps.autocomplete.engine import (
 )
 from rtgate.apps.autocomplete.pool import units
 from rtgate.apps.autocomplete.sessions import lexicon, typed
-from rtgate.core.errors import InvalidRequest
+from rtgate.core.errors import ConfigError, InvalidRequest
 from rtgate.core.request import Request
 from rtgate.domains.loader import (
     DATA_DIR,
@@ -710,20 +710,30 @@ def run_sets(
     judge: bool = True,
     semantic: bool = True,
     per_ask: bool = False,
+    reads: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """:func:`evaluate` on each ask set (a name such as ``tune`` or ``eval``, or a file:
     :func:`ask_set`), one fresh engine each (``judge=False``: the engine without its
-    judge, for comparison)."""
+    judge, for comparison; ``reads``: what the judge, the semantic check and the complex
+    decline read, :attr:`EngineConfig.judge_reads` and the next two; unset: the engine's
+    defaults)."""
     import asyncio
 
     paths = {name: ask_set(name) for name in names}
 
     async def one(path: Path) -> dict[str, Any]:
         cfg = EngineConfig(seed=seed, judge=judge, semantic=semantic)
+        if reads is not None:
+            for field_, name in zip(("judge_reads", "semantic_reads", "decline_reads"), reads,
+                                    strict=True):  # fmt: skip
+                if name not in ("text", "view", "view_whole"):
+                    raise ConfigError(f"unknown reading {name!r}: text, view or view_whole")
+                setattr(cfg, field_, name)
         async with AutocompleteEngine.build(cfg) as engine:
             asks = load_asks(path)
             report = await evaluate(engine, asks, seed=seed, budget_ms=budget_ms, per_ask=per_ask)
             report["judge"] = None if engine.gate.judge is None else engine.gate.judge.threshold
+            report["reads"] = [cfg.judge_reads, cfg.semantic_reads, cfg.decline_reads]
             return report
 
     return {name: asyncio.run(one(path)) for name, path in paths.items()}

@@ -138,9 +138,17 @@ class EngineConfig:
     # prefix, each: "text" (all of it), or its request view (the clauses that ask,
     # :func:`~rtgate.tiers.clause_reader.request_view`; a situation still being typed
     # gives its last clause, "view", or all of it, "view_whole")
-    judge_reads: ViewName = "text"
-    semantic_reads: ViewName = "text"
-    decline_reads: ViewName = "text"
+    # (session 15: the request view everywhere, with the bars below, is the operating
+    # point that maximises the lower of complex delegated and simple kept fast over the
+    # validation sets pooled; docs/architecture.md)
+    judge_reads: ViewName = "view"
+    semantic_reads: ViewName = "view"
+    decline_reads: ViewName = "view"
+    # an operating point chosen on the validation sets, in place of the files': the
+    # judge's (typed, pause) thresholds and the semantic check's (typed, pause) bars
+    # (``None``: the ones the files were fitted with; a bar over 1 never vetoes)
+    judge_thresholds: tuple[float, float] | None = None
+    semantic_bars: tuple[float, float] | None = (1.01, 0.97)
 
 
 @dataclass(slots=True)
@@ -312,6 +320,8 @@ class AutocompleteEngine:
         judge: Any = load_judge() if cfg.judge and judge_path().exists() else None
         if judge is not None:
             judge.view = reading(cfg.judge_reads)
+            if cfg.judge_thresholds is not None:
+                judge.threshold, judge.pause_threshold = cfg.judge_thresholds
         # a judge fitted through a local tier built otherwise (rtgate intents judge
         # --single: e.g. one that leaves long complex prefixes to it) has it built so
         fitted_with = judge.meta.get("local", {}) if judge is not None else {}
@@ -340,6 +350,8 @@ class AutocompleteEngine:
             )
             if scope is not None:
                 scope.view = reading(cfg.semantic_reads)
+                if cfg.semantic_bars is not None:
+                    scope.bar, scope.pause_bar = cfg.semantic_bars
                 judge = SemanticVeto(judge, scope, overrule=cfg.semantic_overrule)
         gate = Gate(
             tiers,
