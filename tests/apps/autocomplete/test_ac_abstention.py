@@ -173,6 +173,9 @@ def test_an_unknown_ask_set_is_a_clear_error() -> None:
 
     result = CliRunner().invoke(app, ["bench", "abstention", "--sets", "nope"])
     assert result.exit_code == 2 and "unknown ask set" in result.output
+    for reads, says in (("view,view", "three readings"), ("text,all,view", "unknown reading")):
+        result = CliRunner().invoke(app, ["bench", "abstention", "--sets", "val", "--reads", reads])
+        assert result.exit_code == 2 and says in result.output
 
 
 def test_an_ask_set_may_be_a_file(tmp_path: Path) -> None:
