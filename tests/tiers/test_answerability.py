@@ -129,6 +129,19 @@ def test_the_judge_is_a_logistic_model_over_its_features() -> None:
         CalibratedJudge([1.0], 0.0, 0.5)
 
 
+def test_a_judge_with_a_view_reads_only_what_the_view_gives() -> None:
+    names = feature_names()
+    coef = [0.0] * len(names)
+    coef[names.index("log_units")] = -2.0  # a judge that reads length as complexity
+    story = "I paid my hotel in Lisbon last week on the 3rd, the app shows the charge twice, "
+    ask = Request(story + "how do I dispute it?")
+    whole = CalibratedJudge(coef, 5.0, 0.5)
+    asked = CalibratedJudge(coef, 5.0, 0.5, view=lambda t: t.split(", ")[-1])
+    assert not whole.judge(ask, None).answerable
+    seen = asked.judge(ask, None)
+    assert seen.answerable and "1 date" not in seen.reasons  # the situation is not read
+
+
 def test_a_judge_round_trips_through_its_file(tmp_path: Path) -> None:
     coef = [0.1 * i for i in range(len(feature_names()))]
     judge = CalibratedJudge(coef, -0.5, 0.3, meta={"fitted_on": "x"})

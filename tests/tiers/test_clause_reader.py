@@ -18,6 +18,7 @@ from rtgate.tiers.clause_reader import (
     ask_features,
     clauses,
     place_features,
+    request_view,
     split,
     weak_roles,
 )
@@ -152,3 +153,39 @@ def test_the_check_lowers_a_veto_the_reader_reads_as_one_request() -> None:
     far = "the weather far away, can you tell me"
     assert scope.vetoes(scope.out_of_scope(far))  # out of the domain: the head says so
     assert scope.spared == 1
+
+
+def test_the_request_view_drops_the_situation_and_keeps_every_request() -> None:
+    # a long personal ask: its situation (a merchant, an amount, a date) is not read
+    story = "I bought a coffee machine at Costco for 1,200 last week, it arrived broken, "
+    assert request_view(story + "how do I dispute the charge?") == "how do I dispute the charge?"
+    assert request_view(SITUATION_FIRST) == "怎么办"
+    # two requests stay two, whatever stands between them
+    assert request_view(TWO_ASKS) == "can you block it, send me a new one?"
+    two_zh = "我上个月在国外刷卡被收了两次手续费，能不能退回来，另外帮我把账单分期"
+    assert request_view(two_zh) == "能不能退回来，帮我把账单分期"
+    # one clause is itself; a situation still being typed: its last clause, or all of it
+    assert request_view("how do I dispute a charge") == "how do I dispute a charge"
+    typing = "I bought a coffee machine at Costco last week, it arrived broken and the"
+    assert request_view(typing) == "it arrived broken and the"
+    assert request_view(typing, unasked="whole") == typing
+
+
+def test_the_check_reads_what_its_view_gives() -> None:
+    head_coef = np.zeros((DIM, 3))
+    head_coef[3] = [0.0, 6.0, 0.0]  # "far" texts: out of the domain
+
+    class Emb(_Embedder):
+        def embed_many(self, texts: list[str]) -> npt.NDArray[np.float32]:
+            out = super().embed_many(texts)
+            for k, t in enumerate(texts):
+                out[k, 3] = 1.0 if "far" in t else 0.0
+            return out
+
+    head = LinearHead(("multi", "ood", "simple"), head_coef, np.zeros(3), 1.0)
+    scope = SemanticScope(head, Emb(), bar=0.8)  # type: ignore[arg-type]
+    ask = "I bought a lamp in a far away shop last week, how do I dispute the charge?"
+    assert scope.vetoes(scope.out_of_scope(ask))  # the merchant reads out of the domain
+    scope.view = request_view
+    assert not scope.vetoes(scope.out_of_scope(ask))  # the request does not
+    assert scope.vetoes(scope.out_of_scope("how far is the moon, can you tell me"))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -216,6 +216,10 @@ class CalibratedJudge:
     pause_threshold: float | None = None
     inputs: tuple[str, ...] = ()
     semantic: SemanticPart | None = None
+    # what the judge reads of an ask (``None``: all of it); e.g. its request view
+    # (:func:`~rtgate.tiers.clause_reader.request_view`): the clauses that ask, without
+    # the situation a long personal ask tells first. Set by the app, not saved.
+    view: Callable[[str], str] | None = None
 
     def __post_init__(self) -> None:
         if not self.inputs:
@@ -267,7 +271,8 @@ class CalibratedJudge:
         return _logistic(self.coef, self.intercept, x)
 
     def judge(self, request: Request, piece: Piece | None) -> Verdict:
-        x, signals = self.features(request.input, piece)
+        text = request.input if self.view is None else self.view(request.input)
+        x, signals = self.features(text, piece)
         pause = bool(request.meta.get("pause"))
         reasons = signals.reasons()
         for name, at in (("complex", 2), ("multi-part", 3), ("out-of-domain", 4)):

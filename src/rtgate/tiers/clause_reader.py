@@ -46,6 +46,7 @@ __all__ = [
     "ClauseReading",
     "Part",
     "clauses",
+    "request_view",
     "role_inputs",
     "split",
     "weak_roles",
@@ -130,6 +131,31 @@ def weak_roles(text: str, kind: str) -> list[tuple[str, bool, int | None]]:
         last = max((k for k, c in enumerate(cued) if c), default=len(parts) - 1)
         return [(c, j, int(k == last)) for k, (c, _, j) in enumerate(parts)]
     return [(c, j, 1 if (cued[k] or j) else None) for k, (c, _, j) in enumerate(parts)]
+
+
+def request_view(text: str, *, unasked: str = "last") -> str:
+    """What ``text`` asks, without what it tells: its clauses that ask (a question mark, a
+    question or request word, an imperative verb first: the cues of :func:`weak_roles`)
+    or that a joining word starts ("另外", "and also": a second ask), joined by a comma;
+    the clauses that state a situation (what happened, amounts, merchants, dates) are
+    dropped. Pure text work (regular expressions), for the keystroke path.
+
+    A text none of whose clauses asks yet (a situation still being typed) gives its last
+    clause (``unasked="last"``), or itself (``"whole"``). A text of one clause is itself.
+    The view of a long single-topic ask is its one question; that of a multi-part ask
+    keeps both requests, so the judge still counts two."""
+    places = _places(text)
+    if len(places) < 2:
+        return text
+    kept = [(c, q) for c, q, j in places if j or _cued(c, q)]
+    if not kept:
+        if unasked == "whole":
+            return text
+        kept = [(places[-1][0], places[-1][1])]
+    zh = lang_of(normalize(text)) == "zh"
+    glue = "，" if zh else ", "
+    mark = "？" if zh else "?"
+    return glue.join(c + (mark if q else "") for c, q in kept)
 
 
 def _units(norm: str) -> int:

@@ -23,7 +23,7 @@ prefixes that may reach the big model (:mod:`rtgate.apps.autocomplete.semantic`)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +141,10 @@ class SemanticScope:
             more that reads as one request is multi-part for no one, so what is left of
             its reading is the head's out-of-domain share, ``P(ood) / (P(ood) +
             P(simple))``, when lower.
+        view: what is read of a text (``None``: all of it), e.g. its request view
+            (:func:`~rtgate.tiers.clause_reader.request_view`): a situation clause's
+            merchants, goods and places are then no evidence that the ask is out of the
+            domain.
     """
 
     blocking = True
@@ -155,6 +159,7 @@ class SemanticScope:
         meta: Mapping[str, Any] | None = None,
         neighbours: Neighbours | None = None,
         parts: ClauseReader | None = None,
+        view: Callable[[str], str] | None = None,
     ) -> None:
         if head.coef.shape[0] != DIM:
             raise ConfigError(f"head expects {head.coef.shape[0]}-d inputs, embeddings are {DIM}")
@@ -167,6 +172,7 @@ class SemanticScope:
         self.meta = dict(meta or {})
         self.neighbours = neighbours
         self.parts = parts
+        self.view = view  # what is read of a text (``None``: all of it)
         self.spared = 0  # readings the clause reader lowered below the bar
         self._simple = head.classes.index("simple")
         self._ood = head.classes.index("ood") if "ood" in head.classes else None
@@ -205,7 +211,10 @@ class SemanticScope:
     def out_of_scope(self, text: str) -> float:
         """The probability that ``text`` is multi-part or out of the domain (blocking):
         the head's 1 - P(simple), or the neighbours' combination of it; with ``parts``,
-        lowered for an ask the clause reader reads as one request (see the class)."""
+        lowered for an ask the clause reader reads as one request (see the class). With
+        ``view``, the text read is ``view(text)``."""
+        if self.view is not None:
+            text = self.view(text)
         vector = self.embedder.embed(normalize(text))
         p = self.out_of_scope_of(vector)
         if self.parts is None or p < min(self.bar, self.pause_bar):

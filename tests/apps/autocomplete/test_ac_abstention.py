@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +21,14 @@ from rtgate.apps.autocomplete.abstention import (
     fit_generic,
     fit_rows,
     fit_single,
+    keys_of,
     pick_threshold,
     pick_thresholds,
     prefixes_of,
     replay,
     reread_scope,
 )
-from rtgate.apps.autocomplete.engine import MAX_PREFIX_CHARS, EngineConfig
+from rtgate.apps.autocomplete.engine import FAST_WINDOW_CHARS, MAX_PREFIX_CHARS, EngineConfig
 from rtgate.apps.autocomplete.sessions import lexicon
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
 from rtgate.domains.loader import Ask, load_judge
@@ -95,19 +97,21 @@ async def test_evaluate_counts_per_ask(reader: Reader, gated: BackgroundOnly) ->
     assert report["pauses"]["n"] >= 1  # the simple ask, judged whole when typing stopped
 
 
-async def test_an_ask_longer_than_a_box_sends_is_judged_on_what_it_sent(
+async def test_an_ask_longer_than_the_fast_window_is_typed_whole(
     reader: Reader, gated: BackgroundOnly
 ) -> None:
-    # a long personal ask (a blind set had 15 past the limit): the replay stops typing at
-    # the engine's limit instead of failing the whole run on an invalid request
+    # a long personal ask (a blind set had 15 past the fast window): the replay types it
+    # to its end, and past the window the engine sends it to the big model
     story = "I was charged twice at the same hotel in Lisbon last week and the app shows both "
     long_ = Ask(story * 4 + "how do I dispute the second charge?", "en", "simple", "dispute")
-    assert len(long_.text) > MAX_PREFIX_CHARS
+    assert FAST_WINDOW_CHARS < len(long_.text) <= MAX_PREFIX_CHARS
+    keys = keys_of(long_.text, lexicon([long_.text]), random.Random(0))
+    assert keys[-1] == long_.text
     async with engine_with(reader, cloud=gated) as engine:
         report = await evaluate(engine, [SIMPLE, long_], per_ask=True)
-    assert report["cut_at_limit"] == 1 and report["en"]["simple"]["n"] == 1
-    sent = report["asks"][1]["by_prefix"]
-    assert sent is None or len(sent) <= MAX_PREFIX_CHARS
+    assert report["beyond_window"] == 1 and report["cut_at_limit"] == 0
+    assert report["en"]["simple"]["n"] == 1
+    assert report["asks"][1]["delegated"] is True  # at the latest past the window
 
 
 def _asks_file(tmp_path: Path) -> Path:
@@ -169,6 +173,9 @@ def test_an_unknown_ask_set_is_a_clear_error() -> None:
 
     result = CliRunner().invoke(app, ["bench", "abstention", "--sets", "nope"])
     assert result.exit_code == 2 and "unknown ask set" in result.output
+    for reads, says in (("view,view", "three readings"), ("text,all,view", "unknown reading")):
+        result = CliRunner().invoke(app, ["bench", "abstention", "--sets", "val", "--reads", reads])
+        assert result.exit_code == 2 and says in result.output
 
 
 def test_an_ask_set_may_be_a_file(tmp_path: Path) -> None:

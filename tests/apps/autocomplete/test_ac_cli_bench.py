@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from rtgate.apps.autocomplete.bench import run
 from rtgate.apps.autocomplete.cli import app
+from rtgate.apps.autocomplete.engine import MAX_PREFIX_CHARS
 from rtgate.apps.autocomplete.pool import units
 from rtgate.apps.autocomplete.sessions import LONG_TAIL, chunks, lexicon, sessions, typed
 
@@ -24,8 +25,8 @@ def test_complete_prints_the_api_json() -> None:
 
 
 def test_complete_refuses_a_too_long_prefix() -> None:
-    result = CliRunner().invoke(app, ["x" * 300])
-    assert result.exit_code == 2 and "at most 256" in result.output
+    result = CliRunner().invoke(app, ["x" * (MAX_PREFIX_CHARS + 1)])
+    assert result.exit_code == 2 and f"at most {MAX_PREFIX_CHARS}" in result.output
 
 
 def test_chinese_arrives_in_ime_chunks_and_english_by_keystroke() -> None:

@@ -7,10 +7,20 @@ from collections.abc import Sequence
 
 import pytest
 
-from rtgate.apps.autocomplete.engine import PLACEHOLDER, ROUTES, check_budget, check_prefix
-from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
+from rtgate.apps.autocomplete.abstention import cause_of
+from rtgate.apps.autocomplete.engine import (
+    FAST_WINDOW_CHARS,
+    MAX_PREFIX_CHARS,
+    PLACEHOLDER,
+    ROUTES,
+    EngineConfig,
+    check_budget,
+    check_prefix,
+    reading,
+)
+from rtgate.apps.autocomplete.tiers import BackgroundOnly, LocalSuggestTier, Reader
 from rtgate.core.budget import Budget
-from rtgate.core.errors import InvalidRequest
+from rtgate.core.errors import ConfigError, Declined, InvalidRequest
 from rtgate.domains.loader import INTENTS
 from tests.apps.autocomplete.ac_helpers import CLOUD_CANDIDATES, GatedCloud, engine_with
 
@@ -85,7 +95,10 @@ async def test_english_mid_word_is_not_sent_to_the_cloud(
     reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
 ) -> None:
     ask = "if I only pay the minimum this month and the full bal"
-    async with engine_with(reader, cloud=gated) as engine:
+    # the judge at the thresholds its file was fitted with (0.11), which distrusts the
+    # whole word's answer (session 15's operating point, 0.02, keeps it fast)
+    files = EngineConfig(judge_thresholds=None, semantic_bars=None)
+    async with engine_with(reader, cloud=gated, config=files) as engine:
         mid = await engine.complete(ask)
         end = await engine.complete(ask + "ance ")
     assert mid.job_id is None
@@ -156,8 +169,11 @@ async def test_a_hanging_model_is_cut_off_and_the_classifier_answers(
 def test_bad_input_is_refused_clearly() -> None:
     with pytest.raises(InvalidRequest, match="string"):
         check_prefix(42)
-    with pytest.raises(InvalidRequest, match="at most 256"):
-        check_prefix("x" * 257)
+    with pytest.raises(InvalidRequest, match=f"at most {MAX_PREFIX_CHARS}"):
+        check_prefix("x" * (MAX_PREFIX_CHARS + 1))
+    assert MAX_PREFIX_CHARS <= 8192  # a hard bound of a few KB
+    long_ = "x " * (FAST_WINDOW_CHARS + 1)  # a long message is not an error
+    assert check_prefix(long_) == long_
     for bad_text in ("a\x00b", "lone \ud800", "bell\x07"):
         with pytest.raises(InvalidRequest, match="not allowed"):
             check_prefix(bad_text)
@@ -214,9 +230,6 @@ async def test_without_the_judge_a_keyword_answer_is_final(
 def test_a_local_tier_without_a_complex_bar_leaves_long_complex_prefixes_to_the_judge(
     reader: Reader,
 ) -> None:
-    from rtgate.apps.autocomplete.tiers import LocalSuggestTier
-    from rtgate.core.errors import Declined
-
     text = "我下个月要去日本旅游两周，想临时提额到5万，同时把上个月那笔消费分6期"
     with pytest.raises(Declined, match="complex ask"):
         LocalSuggestTier(reader).read(text)
@@ -225,9 +238,6 @@ def test_a_local_tier_without_a_complex_bar_leaves_long_complex_prefixes_to_the_
 
 
 def test_the_complex_decline_applies_to_the_languages_named_only(reader: Reader) -> None:
-    from rtgate.apps.autocomplete.tiers import LocalSuggestTier
-    from rtgate.core.errors import Declined
-
     en = "if my card was charged twice abroad and only one charge was refunded what happens"
     zh = "我下个月要去日本旅游两周，想临时提额到5万，同时把上个月那笔消费分6期"
     default = LocalSuggestTier(reader)  # Chinese only: English is left to the judge
@@ -251,3 +261,57 @@ def test_a_judge_file_that_builds_the_local_tier_otherwise_is_refused_clearly(
     monkeypatch.setattr(engine_module, "load_judge", lambda: judge)
     with pytest.raises(ConfigError, match=r"meta\.local may only set complex_p"):
         engine_module.AutocompleteEngine.build(reader=reader)
+
+
+# a long, single-topic personal message: longer than the fast tiers read
+STORY = (
+    "I was charged twice at the same hotel in Lisbon last week, once at check-in and once "
+    "at check-out, and the app still shows both charges even though the front desk told "
+    "me one of them was only a hold that would be released within three business days, "
+    "and it has now been eight days. "
+)
+LONG_ASK = STORY + "how do I dispute the second charge?"
+
+
+async def test_a_message_past_the_fast_window_goes_to_the_big_model_not_an_error(
+    reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
+) -> None:
+    assert FAST_WINDOW_CHARS < len(LONG_ASK) <= MAX_PREFIX_CHARS
+    async with engine_with(reader, cloud=gated) as engine:
+        inside = await engine.complete(STORY[:200] + " ")
+        assert inside.route != "silent"  # within the window the fast tiers read it
+        res = await engine.complete(LONG_ASK)
+        assert res.route == "cloud_async" and res.job_id is not None
+        assert res.candidates[-1].text == PLACEHOLDER["en"]
+        declined = [a for a in res.trace["attempts"] if a["outcome"] == "declined"]
+        fast = {a["tier"]: a["detail"] for a in declined if a["tier"] in ("template", "local")}
+        assert len(fast) == 2 and all("beyond the fast window" in d for d in fast.values())
+        assert cause_of(res.trace) == "beyond_window"
+        # inside a word past the window: no suggestion and no cloud call yet, no error
+        typing = await engine.complete(LONG_ASK[:-3])
+        assert typing.route == "silent" and typing.job_id is None
+        # the pause sends the whole text, wherever it ends
+        paused = await engine.complete(LONG_ASK[:-3], pause=True)
+        assert paused.route == "cloud_async" and paused.job_id is not None
+        cloud.release.set()
+        later = await engine.followup(res.job_id)
+    assert later.route == "cloud" and LONG_ASK in cloud.started
+
+
+async def test_the_complex_decline_reads_what_its_view_gives(reader: Reader) -> None:
+    whole = LocalSuggestTier(reader)
+    with pytest.raises(Declined, match="complex ask"):
+        whole.read(COMPLEX_ASK)
+    asked = LocalSuggestTier(reader, complex_view=lambda _t: "我想查一下我的账单明细")
+    _, found = asked.read(COMPLEX_ASK)
+    assert found
+
+
+def test_what_the_engine_reads_is_configured_by_name() -> None:
+    assert reading("text") is None
+    view, whole = reading("view"), reading("view_whole")
+    assert view is not None and whole is not None
+    typing = "I bought a lamp last week, it arrived broken and the"
+    assert view(typing) == "it arrived broken and the" and whole(typing) == typing
+    with pytest.raises(ConfigError, match="unknown reading"):
+        reading("all")  # type: ignore[arg-type]

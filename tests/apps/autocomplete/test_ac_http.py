@@ -43,6 +43,15 @@ async def test_cloud_answer_has_a_job_that_can_be_polled(client: httpx.AsyncClie
     assert (await client.get("/v1/complete/jobs/nope")).status_code == 404
 
 
+async def test_a_long_message_is_delegated_not_refused(client: httpx.AsyncClient) -> None:
+    story = "my card was charged twice at the same hotel last week and I still see both "
+    ask = story * 5 + "how do I dispute it?"
+    r = await client.post("/v1/complete", json={"prefix": ask})
+    assert r.status_code == 200 and len(ask) > 256
+    body = r.json()
+    assert body["route"] == "cloud_async" and body["job_id"]
+
+
 @pytest.mark.parametrize(
     ("payload", "status", "code"),
     [
@@ -51,8 +60,8 @@ async def test_cloud_answer_has_a_job_that_can_be_polled(client: httpx.AsyncClie
         (b'{"prefix": 12}', 400, "invalid_request"),
         (b'{"prefix": "abc", "budget_ms": -1}', 400, "invalid_budget"),
         (b'{"prefix": "abc", "budget_ms": "fast"}', 400, "invalid_budget"),
-        (('{"prefix": "' + "x" * 300 + '"}').encode(), 400, "invalid_request"),
-        (b'{"prefix": "' + b"x" * 5000 + b'"}', 413, "body_too_large"),
+        (('{"prefix": "' + "x" * 4097 + '"}').encode(), 400, "invalid_request"),
+        (b'{"prefix": "' + b"x" * 30_000 + b'"}', 413, "body_too_large"),
         (b'{"prefix": "ok", "pause": 1}', 400, "invalid_request"),
     ],
 )

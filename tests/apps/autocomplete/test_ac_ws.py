@@ -9,8 +9,9 @@ from typing import Any
 
 from fastapi import WebSocketDisconnect
 
+from rtgate.apps.autocomplete.engine import MAX_PREFIX_CHARS
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
-from rtgate.apps.autocomplete.web import _Session
+from rtgate.apps.autocomplete.web import MAX_MESSAGE_BYTES, _Session
 from tests.apps.autocomplete.ac_helpers import GatedCloud, engine_with
 
 COMPLEX_A = (
@@ -26,7 +27,7 @@ BAD = (
     "[1]",
     json.dumps({"seq": "x", "prefix": "a"}),
     json.dumps({"seq": 1, "prefix": 5}),
-    json.dumps({"seq": 1, "prefix": "x" * 300}),
+    json.dumps({"seq": 1, "prefix": "x" * (MAX_PREFIX_CHARS + 1)}),
     json.dumps({"seq": 1, "prefix": "ok", "pause": "yes"}),
 )
 
@@ -172,9 +173,27 @@ async def test_unusable_frames_get_an_error_and_a_close_code(reader: Reader) -> 
             err["error"]["type"] == "invalid_request_error"
             and "surrogate" in err["error"]["message"]
         )
-        sock.inbox.put_nowait("[" * 5000 + "]" * 5000)  # refused by size before parsing
+        deep = MAX_MESSAGE_BYTES // 2 + 1
+        sock.inbox.put_nowait("[" * deep + "]" * deep)  # refused by size before parsing
         assert (await sock.next("error"))["error"]["code"] == "invalid_request"
         sock.inbox.put_nowait(b"\x00\x01")
         assert (await sock.next("error"))["error"]["code"] == "unsupported_frame"
         await task
         assert sock.closed == 1003
+
+
+async def test_a_long_message_gets_the_placeholder_not_an_error(
+    reader: Reader, gated: BackgroundOnly
+) -> None:
+    story = "我上个月在国外住酒店被重复扣了一笔押金，前台说是预授权会自动释放，"
+    ask = story * 9 + "怎么申请退款？"
+    assert 256 < len(ask) <= MAX_PREFIX_CHARS
+    async with engine_with(reader, cloud=gated) as engine:
+        sock = FakeSocket()
+        runner = asyncio.create_task(_Session(sock, engine).run())  # type: ignore[arg-type]
+        sock.put(1, ask)
+        got = await sock.next("suggestions", 1)
+        sock.inbox.put_nowait(None)
+        await runner
+    assert got["route"] == "cloud_async"
+    assert not [m for m in sock.sent if m["type"] == "error"]

@@ -50,6 +50,7 @@ import numpy as np
 
 from rtgate.apps.autocomplete.bench import pct
 from rtgate.apps.autocomplete.engine import (
+    FAST_WINDOW_CHARS,
     MAX_PREFIX_CHARS,
     AutocompleteEngine,
     EngineConfig,
@@ -57,7 +58,7 @@ from rtgate.apps.autocomplete.engine import (
 )
 from rtgate.apps.autocomplete.pool import units
 from rtgate.apps.autocomplete.sessions import lexicon, typed
-from rtgate.core.errors import InvalidRequest
+from rtgate.core.errors import ConfigError, InvalidRequest
 from rtgate.core.request import Request
 from rtgate.domains.loader import (
     DATA_DIR,
@@ -100,6 +101,7 @@ __all__ = [
     "fit_rows",
     "fit_single",
     "gather",
+    "keys_of",
     "pick_pause_threshold",
     "pick_threshold",
     "pick_thresholds",
@@ -138,7 +140,7 @@ SCOPE_BAR_GRID = tuple(k / 100.0 for k in range(30, 100))
 _LATE = 0.6  # share of a complex ask after which its prefix is labelled "not answerable"
 # why a prefix started a cloud job (:func:`cause_of`), in the order they are checked
 CAUSES = ("scope_bar", "judge_semantic", "judge", "semantic", "declined_complex",
-          "declined_unknown", "budget", "other")  # fmt: skip
+          "declined_unknown", "beyond_window", "budget", "other")  # fmt: skip
 _BELOW = re.compile(r"\(p=\S+ < ")
 
 
@@ -153,6 +155,8 @@ def cause_of(trace: Mapping[str, Any]) -> str:
     - ``semantic``: the semantic scope check vetoed it (not overruled);
     - ``declined_complex`` / ``declined_unknown``: the local tier declined a long prefix it
       read as complex, or did not recognise, and nothing else answered;
+    - ``beyond_window``: the prefix was longer than the fast tiers read
+      (:data:`~rtgate.apps.autocomplete.engine.FAST_WINDOW_CHARS`);
     - ``budget``: no fast tier answered within the budget (cut off, or skipped as too slow);
     - ``other``: anything else (e.g. no candidates at all).
     """
@@ -175,6 +179,8 @@ def cause_of(trace: Mapping[str, Any]) -> str:
         return "declined_complex"
     if "unknown ask" in detail:
         return "declined_unknown"
+    if "beyond the fast window" in detail:
+        return "beyond_window"
     return "other"
 
 
@@ -194,9 +200,10 @@ class Row:
 
 
 def keys_of(text: str, lex: frozenset[str], rng: random.Random) -> list[str]:
-    """The prefixes of ``text`` as the replay types them, up to the engine's limit
-    (:data:`MAX_PREFIX_CHARS`): a box sends no longer prefix, so an ask longer than that is
-    judged on what was sent, and at the pause on its last prefix within the limit."""
+    """The prefixes of ``text`` as the replay types them, up to the engine's hard limit
+    (:data:`MAX_PREFIX_CHARS`, a few KB: no ask of a set reaches it). A prefix longer than
+    the fast tiers' window (:data:`FAST_WINDOW_CHARS`) is typed too: the engine sends it to
+    the big model."""
     return [k.prefix for k in typed(text, lex, rng) if len(k.prefix) <= MAX_PREFIX_CHARS]
 
 
@@ -649,7 +656,9 @@ async def evaluate(
             engine.cancel(job)
         engine.forget(f"ask-{i}")
     out: dict[str, Any] = {"n_asks": len(asks)}
-    # asks longer than a box sends: judged on their first MAX_PREFIX_CHARS characters
+    # asks longer than the fast tiers read (typed whole: the big model's past the window)
+    out["beyond_window"] = sum(len(a.text) > FAST_WINDOW_CHARS for a in asks)
+    # asks longer than the engine takes: judged on their first MAX_PREFIX_CHARS characters
     out["cut_at_limit"] = sum(len(a.text) > MAX_PREFIX_CHARS for a in asks)
     for lang in ("all", "zh", "en"):
         part = [k for k, a in enumerate(asks) if lang in ("all", a.lang)]
@@ -702,20 +711,30 @@ def run_sets(
     judge: bool = True,
     semantic: bool = True,
     per_ask: bool = False,
+    reads: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """:func:`evaluate` on each ask set (a name such as ``tune`` or ``eval``, or a file:
     :func:`ask_set`), one fresh engine each (``judge=False``: the engine without its
-    judge, for comparison)."""
+    judge, for comparison; ``reads``: what the judge, the semantic check and the complex
+    decline read, :attr:`EngineConfig.judge_reads` and the next two; unset: the engine's
+    defaults)."""
     import asyncio
 
     paths = {name: ask_set(name) for name in names}
 
     async def one(path: Path) -> dict[str, Any]:
         cfg = EngineConfig(seed=seed, judge=judge, semantic=semantic)
+        if reads is not None:
+            for field_, name in zip(("judge_reads", "semantic_reads", "decline_reads"), reads,
+                                    strict=True):  # fmt: skip
+                if name not in ("text", "view", "view_whole"):
+                    raise ConfigError(f"unknown reading {name!r}: text, view or view_whole")
+                setattr(cfg, field_, name)
         async with AutocompleteEngine.build(cfg) as engine:
             asks = load_asks(path)
             report = await evaluate(engine, asks, seed=seed, budget_ms=budget_ms, per_ask=per_ask)
             report["judge"] = None if engine.gate.judge is None else engine.gate.judge.threshold
+            report["reads"] = [cfg.judge_reads, cfg.semantic_reads, cfg.decline_reads]
             return report
 
     return {name: asyncio.run(one(path)) for name, path in paths.items()}

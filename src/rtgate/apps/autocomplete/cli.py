@@ -126,6 +126,13 @@ def bench_abstention(
     per_ask: bool = typer.Option(
         False, "--per-ask", help="each ask's outcome in the JSON (cause, first cloud prefix)"
     ),
+    reads: str | None = typer.Option(
+        None,
+        "--reads",
+        help="what the judge, the semantic check and the complex decline read of a prefix, "
+        "comma-separated: text (all of it), view (its request view), view_whole "
+        "(default: the engine's)",
+    ),
 ) -> None:
     """Multi-part / out-of-domain asks sent to the big model, simple asks kept fast, top-3
     intent and calibration, per ask set (typed as the replay types them)."""
@@ -135,9 +142,13 @@ def bench_abstention(
     chosen = sets if sets is not None else ("" if asks else "tune,eval")
     names = [s.strip() for s in chosen.split(",") if s.strip()] + [str(p) for p in asks]
     try:
+        read = tuple(r.strip() for r in reads.split(",")) if reads else None
+        if read is not None and len(read) != 3:
+            raise ConfigError("--reads takes three readings: judge, check, decline")
         report = run_sets(
-            names, budget_ms=budget_ms, judge=judge, semantic=semantic, per_ask=per_ask
-        )
+            names, budget_ms=budget_ms, judge=judge, semantic=semantic, per_ask=per_ask,
+            reads=read,
+        )  # fmt: skip
     except (InvalidRequest, ConfigError) as e:
         console.print(f"[red]invalid request:[/red] {e}")
         raise typer.Exit(2) from e

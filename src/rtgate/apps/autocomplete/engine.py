@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -67,11 +68,13 @@ from rtgate.models.embeddings import Embedder
 from rtgate.tiers.base import Tier
 from rtgate.tiers.cache import CacheTier, ExactCache
 from rtgate.tiers.classifier import IntentClassifier
+from rtgate.tiers.clause_reader import request_view
 from rtgate.tiers.emulated import CLOUD_70B, EmulatedLatency
 from rtgate.tiers.intents import Example
 from rtgate.tiers.textnorm import lang_of
 
 __all__ = [
+    "FAST_WINDOW_CHARS",
     "MAX_PREFIX_CHARS",
     "PLACEHOLDER",
     "ROUTES",
@@ -80,14 +83,21 @@ __all__ = [
     "EngineConfig",
     "Mode",
     "at_boundary",
+    "beyond_window",
     "build_reader",
     "check_budget",
     "check_prefix",
     "may_delegate",
+    "reading",
 ]
 
 Mode = Literal["emulated", "real"]
-MAX_PREFIX_CHARS = 256
+ViewName = Literal["text", "view", "view_whole"]
+# the fast tiers read a prefix of at most this many characters; a longer one (a user
+# typing a long message) is the big model's: delegated, never an error
+FAST_WINDOW_CHARS = 256
+# a prefix longer than this is refused (``InvalidRequest``): no box sends one
+MAX_PREFIX_CHARS = 4096
 MIN_BUDGET_MS, MAX_BUDGET_MS = 5.0, 10_000.0
 PLACEHOLDER = {"zh": "正在为你生成建议…", "en": "Finding suggestions…"}
 ROUTES = ("template", "cache", "local", "cloud_async", "silent")
@@ -124,6 +134,22 @@ class EngineConfig:
     semantic_threads: int = 1  # the embedding engine's threads (one core left to the loop)
     # the clause reader reads the check's vetoes again: one request is not multi-part
     semantic_parts: bool = False
+    # what the judge, the semantic check and the local tier's complex decline read of a
+    # prefix, each: "text" (all of it), or its request view (the clauses that ask,
+    # :func:`~rtgate.tiers.clause_reader.request_view`; a situation still being typed
+    # gives its last clause, "view", or all of it, "view_whole")
+    # (session 15: measured, not shipped; the view ties with the text at the shipped
+    # operating point and loses complex asks elsewhere, docs/architecture.md)
+    judge_reads: ViewName = "text"
+    semantic_reads: ViewName = "text"
+    decline_reads: ViewName = "text"
+    # an operating point chosen on the validation sets, in place of the files': the
+    # judge's (typed, pause) thresholds and the semantic check's (typed, pause) bars
+    # (``None``: the ones the files were fitted with; a bar over 1 never vetoes). Session
+    # 15: the point that maximises the lower of complex delegated and simple kept fast
+    # over the validation sets pooled (docs/architecture.md)
+    judge_thresholds: tuple[float, float] | None = (0.02, 0.05)
+    semantic_bars: tuple[float, float] | None = (1.01, 0.99)
 
 
 @dataclass(slots=True)
@@ -171,6 +197,22 @@ def build_reader(examples: Sequence[Example] | None = None) -> Reader:
     return Reader(classifier, CandidatePool(rows, extra))
 
 
+def beyond_window(text: str) -> bool:
+    """Whether ``text`` is longer than the fast tiers read (:data:`FAST_WINDOW_CHARS`)."""
+    return len(text) > FAST_WINDOW_CHARS
+
+
+def reading(name: ViewName) -> Callable[[str], str] | None:
+    """What a part of the engine reads of a prefix (:attr:`EngineConfig.judge_reads`):
+    ``None`` for all of it, else its request view."""
+    if name == "text":
+        return None
+    if name not in ("view", "view_whole"):
+        raise ConfigError(f"unknown reading {name!r}: text, view or view_whole")
+    unasked = "last" if name == "view" else "whole"
+    return functools.partial(request_view, unasked=unasked)
+
+
 def at_boundary(text: str) -> bool:
     """Worth a cloud call: Chinese arrives in IME commits (whole words); English only once
     a word is finished (a space or punctuation), not on every keystroke inside it."""
@@ -179,7 +221,11 @@ def at_boundary(text: str) -> bool:
 
 def may_delegate(text: str, cfg: EngineConfig, *, pause: bool = False) -> bool:
     """Whether ``text`` is worth a cloud call at all: long enough, at a word's end; or,
-    at a ``pause`` (the whole ask), ``pause_min_units`` / ``pause_min_words`` of it."""
+    at a ``pause`` (the whole ask), ``pause_min_units`` / ``pause_min_words`` of it.
+    Beyond the fast tiers' window (:func:`beyond_window`) any text at a word's end (or at
+    the pause) is: no fast tier reads it, so only the big model can answer it."""
+    if beyond_window(text):
+        return pause or at_boundary(text)
     en = lang_of(text) == "en"
     if pause:
         return units(text) >= (cfg.pause_min_words if en else cfg.pause_min_units)
@@ -273,6 +319,10 @@ class AutocompleteEngine:
             else:
                 local_scorer = EmulatedScorer(seed=cfg.seed)
         judge: Any = load_judge() if cfg.judge and judge_path().exists() else None
+        if judge is not None:
+            judge.view = reading(cfg.judge_reads)
+            if cfg.judge_thresholds is not None:
+                judge.threshold, judge.pause_threshold = cfg.judge_thresholds
         # a judge fitted through a local tier built otherwise (rtgate intents judge
         # --single: e.g. one that leaves long complex prefixes to it) has it built so
         fitted_with = judge.meta.get("local", {}) if judge is not None else {}
@@ -281,7 +331,8 @@ class AutocompleteEngine:
                 f"{judge_path()}: meta.local may only set complex_p (how the judge's local "
                 f"tier was built), got {fitted_with!r}; refit it (rtgate intents judge)"
             )
-        local = LocalSuggestTier(reader, local_scorer, **{**fitted_with, **cfg.local})
+        built = {"window": FAST_WINDOW_CHARS, "complex_view": reading(cfg.decline_reads)}
+        local = LocalSuggestTier(reader, local_scorer, **{**built, **fitted_with, **cfg.local})
         if cloud is None:
             inner = CloudSuggestTier(reader, cloud_scorer)
             seed = cfg.seed
@@ -293,12 +344,15 @@ class AutocompleteEngine:
         cache = CacheTier(ExactCache(max_entries=8192), name="cache", quality=30)
         tiers: list[Tier] = [cache, local, cloud]
         if cfg.templates:
-            tiers.append(TemplateSuggestTier(table, reader))
+            tiers.append(TemplateSuggestTier(table, reader, window=FAST_WINDOW_CHARS))
         if cfg.semantic and judge is not None:  # the check is a part of the judge's veto
             scope = load_semantic_scope(
                 embedder=Embedder(threads=cfg.semantic_threads), parts=cfg.semantic_parts
             )
             if scope is not None:
+                scope.view = reading(cfg.semantic_reads)
+                if cfg.semantic_bars is not None:
+                    scope.bar, scope.pause_bar = cfg.semantic_bars
                 judge = SemanticVeto(judge, scope, overrule=cfg.semantic_overrule)
         gate = Gate(
             tiers,
@@ -368,7 +422,10 @@ class AutocompleteEngine:
         docstring); a newer prefix of the session makes an older one's check moot.
         ``pause``: the user stopped typing (or submitted), so ``prefix`` is the whole ask:
         it is judged, and may be delegated, even when short or inside a word
-        (:meth:`may_delegate`)."""
+        (:meth:`may_delegate`). A prefix longer than the fast tiers' window
+        (:data:`FAST_WINDOW_CHARS`) is not read by them: it goes to the big model (route
+        ``cloud_async``, at a word's end or the pause); one longer than
+        :data:`MAX_PREFIX_CHARS` is an ``InvalidRequest``."""
         text = check_prefix(prefix)
         budget = check_budget(budget_ms)
         t0 = time.perf_counter()
@@ -376,6 +433,8 @@ class AutocompleteEngine:
             return CompleteResult(text, [], "silent", (time.perf_counter() - t0) * 1000.0)
         delegate = self.may_delegate(text, pause=pause)
         meta: dict[str, Any] = {"pause": True} if pause else {}
+        if beyond_window(text):
+            meta["beyond_window"] = True
         watch = self.watch
         if watch is not None and delegate:
             seen = watch.cached(text)  # read before: judged now, at no cost

@@ -97,17 +97,27 @@ class TemplateSuggestTier(Tier):
     latency_prior = Prior(1.0, 1.0)
 
     def __init__(
-        self, table: TemplateTable, reader: Reader, *, limit: int = 5, quality: int = 40
+        self,
+        table: TemplateTable,
+        reader: Reader,
+        *,
+        limit: int = 5,
+        quality: int = 40,
+        window: int | None = None,
     ) -> None:
         self.name = "template"
         self.quality = quality
         self.table = table
         self.reader = reader
         self.limit = limit
+        self.window = window  # longer texts are not read (``None``: any length)
 
     def suggest(self, text: str) -> list[Suggestion] | None:
         """The hit's candidates in the classifier's order of their intents (one per
-        intent first), topped up with classified suggestions to cover three intents."""
+        intent first), topped up with classified suggestions to cover three intents;
+        ``None`` for no hit, or a text longer than ``window``."""
+        if self.window is not None and len(text) > self.window:
+            return None
         hit = self.table.match(text)
         if hit is None:
             return None
@@ -130,6 +140,8 @@ class TemplateSuggestTier(Tier):
         return own[: self.limit]
 
     async def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
+        if self.window is not None and len(request.input) > self.window:
+            raise Declined(f"template: beyond the fast window ({self.window} characters)")
         found = self.suggest(request.input)
         if not found:
             raise Declined("template: no template for this prefix")
@@ -153,6 +165,10 @@ class LocalSuggestTier(Tier):
             and the judge delegates the complex asks it declined (session 14).
         unknown_p: below this top probability, a prefix of at least ``long_units`` that
             no known query continues is an unknown ask: declined too.
+        window: a prefix longer than this many characters is not read: declined (the
+            big model takes a long message); ``None``: any length.
+        complex_view: what of a long prefix the complex decline reads (``None``: all of
+            it), e.g. its request view (:func:`~rtgate.tiers.clause_reader.request_view`).
         margin_ms: time kept to answer without the model when its call runs late (and for
             the scheduling jitter of a busy machine).
         on_skip: called with the prefix when the model did not fit (background refinement).
@@ -177,8 +193,12 @@ class LocalSuggestTier(Tier):
         limit: int = 5,
         quality: int = 20,
         on_skip: Callable[[str], None] | None = None,
+        window: int | None = None,
+        complex_view: Callable[[str], str] | None = None,
     ) -> None:
         self.name = "local"
+        self.window = window
+        self.complex_view = complex_view
         self.quality = quality
         self.reader = reader
         self.scorer = scorer
@@ -201,6 +221,8 @@ class LocalSuggestTier(Tier):
         """The classifier's reading and its suggestions; ``Declined`` for the cloud's asks
         (unless ``cloud`` is false: nobody would take them, so the best guesses are
         offered, a similar past ask among them)."""
+        if self.window is not None and len(text) > self.window:
+            raise Declined(f"local: beyond the fast window ({len(text)} > {self.window})")
         n = units(text)
         if n < self.min_units:
             raise Declined(f"local: {n} characters/words is too little to suggest")
@@ -208,8 +230,11 @@ class LocalSuggestTier(Tier):
         lang = lang_of(text)
         long = cloud and n >= self.long_units[0 if lang == "zh" else 1]
         declines = self.complex_p is not None and lang in self.complex_langs
-        if long and declines and r.proba.get(COMPLEX, 0.0) >= (self.complex_p or 0.0):
-            raise Declined(f"local: a complex ask (p={r.proba[COMPLEX]:.2f})")
+        if long and declines:
+            seen = r if self.complex_view is None else self.reader.read(self.complex_view(text))
+            p_complex = seen.proba.get(COMPLEX, 0.0)
+            if p_complex >= (self.complex_p or 0.0):
+                raise Declined(f"local: a complex ask (p={p_complex:.2f})")
         if long and r.p < self.unknown_p and not r.extending:
             raise Declined(f"local: unknown ask (p={r.p:.2f})")
         found = self.reader.pool.suggest(

@@ -51,7 +51,9 @@ from rtgate.server.error_responses import error_body
 __all__ = ["STATIC", "make_router", "router"]
 
 STATIC = Path(__file__).parent / "static"
-MAX_MESSAGE_BYTES = 4 * MAX_PREFIX_CHARS + 256
+# the longest prefix the engine takes, JSON-escaped (``\\uXXXX``: 6 bytes a character), and
+# the rest of the message
+MAX_MESSAGE_BYTES = 6 * MAX_PREFIX_CHARS + 256
 _sessions = itertools.count()
 _FILES = {"app.js": "text/javascript", "style.css": "text/css"}
 EngineFactory = Callable[[], AutocompleteEngine]
