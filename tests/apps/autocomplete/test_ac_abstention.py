@@ -176,6 +176,8 @@ def test_an_unknown_ask_set_is_a_clear_error() -> None:
     for reads, says in (("view,view", "three readings"), ("text,all,view", "unknown reading")):
         result = CliRunner().invoke(app, ["bench", "abstention", "--sets", "val", "--reads", reads])
         assert result.exit_code == 2 and says in result.output
+    result = CliRunner().invoke(app, ["bench", "abstention", "--sets", "val", "--point", "best"])
+    assert result.exit_code == 2 and "unknown operating point" in result.output
 
 
 def test_an_ask_set_may_be_a_file(tmp_path: Path) -> None:

@@ -11,17 +11,21 @@ from rtgate.apps.autocomplete.abstention import cause_of
 from rtgate.apps.autocomplete.engine import (
     FAST_WINDOW_CHARS,
     MAX_PREFIX_CHARS,
+    MAXMIN_POINT,
     PLACEHOLDER,
     ROUTES,
+    AutocompleteEngine,
     EngineConfig,
     check_budget,
     check_prefix,
     reading,
 )
+from rtgate.apps.autocomplete.semantic import SemanticVeto
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, LocalSuggestTier, Reader
 from rtgate.core.budget import Budget
 from rtgate.core.errors import ConfigError, Declined, InvalidRequest
 from rtgate.domains.loader import INTENTS
+from rtgate.tiers.answerability import CalibratedJudge
 from tests.apps.autocomplete.ac_helpers import CLOUD_CANDIDATES, GatedCloud, engine_with
 
 COMPLEX_ASK = (
@@ -103,6 +107,31 @@ async def test_english_mid_word_is_not_sent_to_the_cloud(
         end = await engine.complete(ask + "ance ")
     assert mid.job_id is None
     assert end.route == "cloud_async" and end.job_id is not None
+
+
+def _points(engine: AutocompleteEngine) -> tuple[tuple[float, float | None], tuple[float, float]]:
+    veto = engine.gate.judge  # the semantic check around the calibrated judge
+    assert isinstance(veto, SemanticVeto) and veto.scope is not None
+    assert isinstance(veto.inner, CalibratedJudge)
+    return (veto.inner.threshold, veto.inner.pause_threshold), (
+        veto.scope.bar,
+        veto.scope.pause_bar,
+    )
+
+
+async def test_the_default_point_is_the_files_and_maxmin_is_an_option(
+    reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
+) -> None:
+    from rtgate.domains.loader import load_judge
+
+    fitted = load_judge()  # the judge file's own thresholds
+    async with engine_with(reader, cloud=gated) as engine:
+        judge, _ = _points(engine)
+    assert judge == (fitted.threshold, fitted.pause_threshold)
+    chosen = EngineConfig(**MAXMIN_POINT)  # type: ignore[arg-type]
+    async with engine_with(reader, cloud=gated, config=chosen) as engine:
+        assert _points(engine) == (MAXMIN_POINT["judge_thresholds"], MAXMIN_POINT["semantic_bars"])
+    assert MAXMIN_POINT["judge_thresholds"] != judge
 
 
 async def test_at_a_pause_the_whole_ask_may_reach_the_cloud_even_short(

@@ -52,6 +52,7 @@ from rtgate.apps.autocomplete.bench import pct
 from rtgate.apps.autocomplete.engine import (
     FAST_WINDOW_CHARS,
     MAX_PREFIX_CHARS,
+    MAXMIN_POINT,
     AutocompleteEngine,
     EngineConfig,
     may_delegate,
@@ -712,18 +713,26 @@ def run_sets(
     semantic: bool = True,
     per_ask: bool = False,
     reads: Sequence[str] | None = None,
+    point: str = "files",
 ) -> dict[str, Any]:
     """:func:`evaluate` on each ask set (a name such as ``tune`` or ``eval``, or a file:
     :func:`ask_set`), one fresh engine each (``judge=False``: the engine without its
     judge, for comparison; ``reads``: what the judge, the semantic check and the complex
     decline read, :attr:`EngineConfig.judge_reads` and the next two; unset: the engine's
-    defaults)."""
+    defaults; ``point``: the judge's thresholds and the check's bars, ``files`` (the
+    default) or ``maxmin``, :data:`~rtgate.apps.autocomplete.engine.MAXMIN_POINT`)."""
     import asyncio
+
+    if point not in ("files", "maxmin"):
+        raise ConfigError(f"unknown operating point {point!r}: files or maxmin")
 
     paths = {name: ask_set(name) for name in names}
 
     async def one(path: Path) -> dict[str, Any]:
         cfg = EngineConfig(seed=seed, judge=judge, semantic=semantic)
+        if point == "maxmin":
+            cfg.judge_thresholds = MAXMIN_POINT["judge_thresholds"]
+            cfg.semantic_bars = MAXMIN_POINT["semantic_bars"]
         if reads is not None:
             for field_, name in zip(("judge_reads", "semantic_reads", "decline_reads"), reads,
                                     strict=True):  # fmt: skip
@@ -735,6 +744,7 @@ def run_sets(
             report = await evaluate(engine, asks, seed=seed, budget_ms=budget_ms, per_ask=per_ask)
             report["judge"] = None if engine.gate.judge is None else engine.gate.judge.threshold
             report["reads"] = [cfg.judge_reads, cfg.semantic_reads, cfg.decline_reads]
+            report["point"] = point
             return report
 
     return {name: asyncio.run(one(path)) for name, path in paths.items()}

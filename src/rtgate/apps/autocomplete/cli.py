@@ -133,6 +133,12 @@ def bench_abstention(
         "comma-separated: text (all of it), view (its request view), view_whole "
         "(default: the engine's)",
     ),
+    point: str = typer.Option(
+        "files",
+        "--point",
+        help="the judge's thresholds and the semantic check's bars: files (the default, "
+        "multi-part and out-of-domain asks first) or maxmin (session 15's point)",
+    ),
 ) -> None:
     """Multi-part / out-of-domain asks sent to the big model, simple asks kept fast, top-3
     intent and calibration, per ask set (typed as the replay types them)."""
@@ -147,7 +153,7 @@ def bench_abstention(
             raise ConfigError("--reads takes three readings: judge, check, decline")
         report = run_sets(
             names, budget_ms=budget_ms, judge=judge, semantic=semantic, per_ask=per_ask,
-            reads=read,
+            reads=read, point=point,
         )  # fmt: skip
     except (InvalidRequest, ConfigError) as e:
         console.print(f"[red]invalid request:[/red] {e}")

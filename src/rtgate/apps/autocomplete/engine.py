@@ -75,6 +75,7 @@ from rtgate.tiers.textnorm import lang_of
 
 __all__ = [
     "FAST_WINDOW_CHARS",
+    "MAXMIN_POINT",
     "MAX_PREFIX_CHARS",
     "PLACEHOLDER",
     "ROUTES",
@@ -96,6 +97,14 @@ ViewName = Literal["text", "view", "view_whole"]
 # the fast tiers read a prefix of at most this many characters; a longer one (a user
 # typing a long message) is the big model's: delegated, never an error
 FAST_WINDOW_CHARS = 256
+MAXMIN_POINT: dict[str, tuple[float, float]] = {
+    "judge_thresholds": (0.02, 0.05),
+    "semantic_bars": (1.01, 0.99),
+}
+"""Session 15's operating point (an option, not the default): the one that maximises the
+lower of complex delegated and simple kept fast over the validation ask sets pooled; it
+keeps about twice as many long simple asks fast and delegates 5-12 points fewer complex
+ones (docs/architecture.md)."""
 # a prefix longer than this is refused (``InvalidRequest``): no box sends one
 MAX_PREFIX_CHARS = 4096
 MIN_BUDGET_MS, MAX_BUDGET_MS = 5.0, 10_000.0
@@ -143,13 +152,14 @@ class EngineConfig:
     judge_reads: ViewName = "text"
     semantic_reads: ViewName = "text"
     decline_reads: ViewName = "text"
-    # an operating point chosen on the validation sets, in place of the files': the
-    # judge's (typed, pause) thresholds and the semantic check's (typed, pause) bars
-    # (``None``: the ones the files were fitted with; a bar over 1 never vetoes). Session
-    # 15: the point that maximises the lower of complex delegated and simple kept fast
-    # over the validation sets pooled (docs/architecture.md)
-    judge_thresholds: tuple[float, float] | None = (0.02, 0.05)
-    semantic_bars: tuple[float, float] | None = (1.01, 0.99)
+    # an operating point in place of the files': the judge's (typed, pause) thresholds
+    # and the semantic check's (typed, pause) bars (``None``: the ones the files were
+    # fitted with; a bar over 1 never vetoes). The default is the files' point, which
+    # sends multi-part and out-of-domain asks on first (a wrong inline answer costs the
+    # user more than a late right one); :data:`MAXMIN_POINT` is session 15's max-min
+    # point, an option (docs/architecture.md)
+    judge_thresholds: tuple[float, float] | None = None
+    semantic_bars: tuple[float, float] | None = None
 
 
 @dataclass(slots=True)
