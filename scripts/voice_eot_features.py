@@ -13,6 +13,9 @@ scored only at silences shorter than itself (the caller has gone on by then). Of
 load changes how long this takes, not what it finds.
 
     PYTHONPATH=src python scripts/voice_eot_features.py OUT.json eval/voice-natural5 [--lm]
+
+``--no-audio``: no Smart Turn (on natural7 it ranked the ends over the pauses at ROC AUC
+0.30-0.60 at every silence, no better than chance: docs/voice.md, session 15).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def _upto(pcm: np.ndarray, start: float, t: float, floor: np.ndarray) -> np.ndar
     return out.astype(np.float32)
 
 
-async def run(folder: Path, use_lm: bool) -> list[dict[str, Any]]:
+async def run(folder: Path, use_lm: bool, use_audio: bool = True) -> list[dict[str, Any]]:
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     asr = {"zh": WhisperASR("base", 1), "en": WhisperASR("tiny.en", 1)}
     text_model = TextEndOfTurn.load()
@@ -82,7 +85,7 @@ async def run(folder: Path, use_lm: bool) -> list[dict[str, Any]]:
                         p_lm = await lm.p_end(text, lang)
                     p_audio: dict[str, float] = {}
                     start = max(0.0, onset - rules.pre_speech_s)
-                    for ms in SILENCES_MS:
+                    for ms in SILENCES_MS if use_audio else ():
                         if room is not None and ms / 1000.0 >= room:
                             continue
                         clip = _upto(pcm, start, at + ms / 1000.0, floor)
@@ -110,7 +113,7 @@ def main() -> None:
     out, folders = Path(args[0]), [Path(a) for a in args[1:]]
     rows: list[dict[str, Any]] = []
     for folder in folders:
-        rows += asyncio.run(run(folder, "--lm" in sys.argv))
+        rows += asyncio.run(run(folder, "--lm" in sys.argv, "--no-audio" not in sys.argv))
     out.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
