@@ -14,8 +14,10 @@ load changes how long this takes, not what it finds.
 
     PYTHONPATH=src python scripts/voice_eot_features.py OUT.json eval/voice-natural5 [--lm]
 
-``--no-audio``: no Smart Turn (on natural7 it ranked the ends over the pauses at ROC AUC
-0.30-0.60 at every silence, no better than chance: docs/voice.md, session 15).
+``--partial-at S``: the partial decoded S seconds into the silence (0.15; the bench's
+covering decode starts at the fade, ~0.05 s). ``--no-audio``: no Smart Turn (on natural7
+it ranked the ends over the pauses at ROC AUC 0.30-0.60 at every silence, no better than
+chance: docs/voice.md, session 15).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ def _upto(pcm: np.ndarray, start: float, t: float, floor: np.ndarray) -> np.ndar
     return out.astype(np.float32)
 
 
-async def run(folder: Path, use_lm: bool, use_audio: bool = True) -> list[dict[str, Any]]:
+async def run(
+    folder: Path, use_lm: bool, use_audio: bool = True, partial_at_s: float = PARTIAL_AT_S
+) -> list[dict[str, Any]]:
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     asr = {"zh": WhisperASR("base", 1), "en": WhisperASR("tiny.en", 1)}
     text_model = TextEndOfTurn.load()
@@ -76,7 +80,7 @@ async def run(folder: Path, use_lm: bool, use_audio: bool = True) -> list[dict[s
                     spans = quiet_spans(pcm, onset, end, 0.45) if turn["pauses_s"] else []
                 places = [("pause", a, b - a) for a, b in spans] + [("end", end, None)]
                 for n, (where, at, room) in enumerate(places):
-                    audio = _upto(pcm, max(0.0, onset - 0.3), at + PARTIAL_AT_S, floor)
+                    audio = _upto(pcm, max(0.0, onset - 0.3), at + partial_at_s, floor)
                     text = (await asyncio.to_thread(asr[lang].transcribe, audio, lang)).text
                     c = cue(text) if text.strip() else None
                     p_text = text_model.score(text, lang) if text.strip() else None
@@ -109,11 +113,17 @@ async def run(folder: Path, use_lm: bool, use_audio: bool = True) -> list[dict[s
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    argv = sys.argv[1:]
+    at = PARTIAL_AT_S
+    if "--partial-at" in argv:
+        i = argv.index("--partial-at")
+        at = float(argv[i + 1])
+        del argv[i : i + 2]
+    args = [a for a in argv if not a.startswith("--")]
     out, folders = Path(args[0]), [Path(a) for a in args[1:]]
     rows: list[dict[str, Any]] = []
     for folder in folders:
-        rows += asyncio.run(run(folder, "--lm" in sys.argv, "--no-audio" not in sys.argv))
+        rows += asyncio.run(run(folder, "--lm" in argv, "--no-audio" not in argv, at))
     out.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
