@@ -17,7 +17,10 @@ load changes how long this takes, not what it finds.
 ``--partial-at S``: the partial decoded S seconds into the silence (0.15; the bench's
 covering decode starts at the fade, ~0.05 s). ``--no-audio``: no Smart Turn (on natural7
 it ranked the ends over the pauses at ROC AUC 0.30-0.60 at every silence, no better than
-chance: docs/voice.md, session 15).
+chance: docs/voice.md, session 15). ``--min-pause S``: the places are every stretch of at
+least S seconds under -45 dBFS inside the turn (the pauses the voice makes itself at commas
+too, where 17 of natural7's 21 `question` cut-ins came in session 15's play), not only the
+drawn pauses.
 """
 
 from __future__ import annotations
@@ -51,7 +54,11 @@ def _upto(pcm: np.ndarray, start: float, t: float, floor: np.ndarray) -> np.ndar
 
 
 async def run(
-    folder: Path, use_lm: bool, use_audio: bool = True, partial_at_s: float = PARTIAL_AT_S
+    folder: Path,
+    use_lm: bool,
+    use_audio: bool = True,
+    partial_at_s: float = PARTIAL_AT_S,
+    min_pause_s: float | None = None,
 ) -> list[dict[str, Any]]:
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     asr = {"zh": WhisperASR("base", 1), "en": WhisperASR("tiny.en", 1)}
@@ -76,7 +83,9 @@ async def run(
                 onset, end = float(turn["onset_s"]), float(turn["end_s"])
                 floor = pcm[-int(0.2 * RATE) :]
                 spans = turn.get("pauses_at_s")
-                if spans is None:
+                if min_pause_s is not None:  # every quiet stretch, drawn or the voice's own
+                    spans = quiet_spans(pcm, onset, end, min_pause_s)
+                elif spans is None:
                     spans = quiet_spans(pcm, onset, end, 0.45) if turn["pauses_s"] else []
                 places = [("pause", a, b - a) for a, b in spans] + [("end", end, None)]
                 for n, (where, at, room) in enumerate(places):
@@ -119,11 +128,16 @@ def main() -> None:
         i = argv.index("--partial-at")
         at = float(argv[i + 1])
         del argv[i : i + 2]
+    min_pause = None
+    if "--min-pause" in argv:
+        i = argv.index("--min-pause")
+        min_pause = float(argv[i + 1])
+        del argv[i : i + 2]
     args = [a for a in argv if not a.startswith("--")]
     out, folders = Path(args[0]), [Path(a) for a in args[1:]]
     rows: list[dict[str, Any]] = []
     for folder in folders:
-        rows += asyncio.run(run(folder, "--lm" in argv, "--no-audio" not in argv, at))
+        rows += asyncio.run(run(folder, "--lm" in argv, "--no-audio" not in argv, at, min_pause))
     out.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
