@@ -78,6 +78,30 @@ def test_a_cancel_line_drops_the_asks_before_it_only() -> None:
     assert q.outcomes[4] == "failed" and q.due() == []
 
 
+def test_the_record_of_outcomes_keeps_the_latest_turns_only() -> None:
+    clock = Clock()
+    q = FollowupQueue(clock, FollowupPolicy(keep_outcomes=3))
+    for turn in range(1, 6):  # spoken, failed, spoken, failed, spoken
+        q.ask(turn, "en")
+        q.ready(turn, "more" if turn % 2 else None)
+        assert [p.turn for p in q.due()] == ([turn] if turn % 2 else [])
+        q.turn_ended(turn)
+    assert q.outcomes == {3: "spoken", 4: "failed", 5: "spoken"}  # turns 1 and 2 forgotten
+
+
+def test_a_long_call_holds_a_bounded_record() -> None:
+    clock = Clock()
+    q = FollowupQueue(clock)
+    for turn in range(1, 501):
+        q.ask(turn, "zh")
+        q.ready(turn, "好的。")
+        q.due()
+        q.turn_ended(turn)
+        clock.t += 10.0
+    assert len(q.outcomes) == FollowupPolicy().keep_outcomes == 64
+    assert min(q.outcomes) == 437 and q.outcomes[500] == "spoken"
+
+
 @pytest.mark.parametrize(
     ("text", "taken_back"),
     [

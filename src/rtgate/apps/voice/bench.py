@@ -575,6 +575,7 @@ async def _run(
     hold: bool = True,
     eot: EotKind = "lm+text",
     asr_prompt: bool = False,
+    learned_turns: bool | None = None,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     cfg = VoiceConfig(
@@ -586,6 +587,7 @@ async def _run(
         speculate=speculate,
         rules=None if hold else replace(TurnRules.for_model(eot), hold_rise_db=None),
         asr_prompt=asr_prompt,
+        learned_turns=VoiceConfig().learned_turns if learned_turns is None else learned_turns,
     )
     total = CallResult()
     serial: list[float] = []
@@ -674,6 +676,7 @@ def _report(
         "semantic_turns": cfg.semantic_turns,
         "eot": cfg.eot,
         "audio_turns": cfg.audio_turns,
+        "learned_turns": cfg.learned_turns,
         "speculate": cfg.speculate,
         "hold_rise_db": (cfg.rules or TurnRules.for_model(cfg.eot)).hold_rise_db,
         "asr_step_s": cfg.asr_step_s,
@@ -709,6 +712,7 @@ def run(
     hold: bool = True,
     eot: EotKind = "lm+text",
     asr_prompt: bool = False,
+    learned_turns: bool | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report. With
     ``eval_dir`` the held-out calls there (``calls`` 0: all of them)."""
@@ -727,6 +731,7 @@ def run(
             hold,
             eot,
             asr_prompt,
+            learned_turns,
         )
     )
 

@@ -261,6 +261,12 @@ def bench_voice(
         help="end-of-turn models: lm (the local model on clauses) or lm+text (and the "
         "trained text model on questions)",
     ),
+    learned_turns: bool | None = typer.Option(
+        None,
+        "--learned-turns/--word-turns",
+        help="the fitted end-of-turn decision (eot_rule.py) or the word rules "
+        "(default: VoiceConfig.learned_turns)",
+    ),
     which: str = typer.Option(
         "validation", "--set", help="validation (the packaged clips) or eval (held out)"
     ),
@@ -291,6 +297,7 @@ def bench_voice(
         hold=hold,
         eot="lm" if eot == "lm" else "lm+text",
         asr_prompt=asr_prompt,
+        learned_turns=learned_turns,
     )
     table = Table(title=f"voice bench: {report['calls']} calls, {report['turns']} turns")
     table.add_column("metric")

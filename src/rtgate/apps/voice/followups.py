@@ -21,6 +21,8 @@ The policy kept here, for every follow-up job:
   (1: it may wait across one turn, not two), or ``stale_s`` seconds (30) after its ask was
   answered, whichever comes first: an answer to a question two exchanges back, or half a
   minute later, is more confusing than helpful, and the caller can ask again.
+- **Recorded, bounded**: what became of each job (``outcomes``: spoken / cancelled / stale /
+  failed) is kept for the latest ``keep_outcomes`` turns (64), the oldest forgotten first.
 
 :class:`FollowupQueue` holds the lines and applies the policy; the agent tells it what
 happens (asked, ready, the caller's words, turns ended) and asks it what is due when the
@@ -61,6 +63,10 @@ class FollowupPolicy:
 
     max_turns: int = 1  # later caller turns it may wait across
     stale_s: float = 30.0  # seconds after its ask was answered
+    # what became of the follow-ups of the latest this many turns is kept (for the bench's
+    # rows and the agent's clean-up); older records are forgotten, oldest turn first, so a
+    # long call holds a bounded record (one per turn before session 15)
+    keep_outcomes: int = 64
 
 
 @dataclass(slots=True)
@@ -94,7 +100,7 @@ class FollowupQueue:
             return  # cancelled meanwhile
         if not line:
             del self.pending[turn]
-            self.outcomes[turn] = "failed"
+            self._record(turn, "failed")
             return
         p.line = line
 
@@ -110,7 +116,7 @@ class FollowupQueue:
         gone = [t for t in self.pending if t < turn]
         for t in gone:
             del self.pending[t]
-            self.outcomes[t] = "cancelled"
+            self._record(t, "cancelled")
         return gone
 
     def due(self) -> list[Pending]:
@@ -122,9 +128,16 @@ class FollowupQueue:
             stale = self.ended - turn > self.policy.max_turns
             if stale or now - p.asked_at > self.policy.stale_s:
                 del self.pending[turn]
-                self.outcomes[turn] = "stale"
+                self._record(turn, "stale")
             elif p.line is not None:
                 del self.pending[turn]
-                self.outcomes[turn] = "spoken"
+                self._record(turn, "spoken")
                 out.append(p)
         return out
+
+    def _record(self, turn: int, outcome: Outcome) -> None:
+        """Keep what became of ``turn``'s follow-up, forgetting the oldest turns' records
+        past ``policy.keep_outcomes``."""
+        self.outcomes[turn] = outcome
+        while len(self.outcomes) > max(0, self.policy.keep_outcomes):
+            del self.outcomes[min(self.outcomes)]

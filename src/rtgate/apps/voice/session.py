@@ -12,13 +12,14 @@ import asyncio
 import json
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rtgate.apps.voice.agent import AgentStage
 from rtgate.apps.voice.asr import ASRStage, WhisperASR, domain_prompts
 from rtgate.apps.voice.eot import EndOfTurn, LMEndOfTurn
+from rtgate.apps.voice.eot_rule import EotRule
 from rtgate.apps.voice.frames import (
     RATE,
     AgentTextFrame,
@@ -36,7 +37,7 @@ from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.pipeline import Pipeline, Stage
 from rtgate.apps.voice.transport import AudioOut, OutputStage, RecordingOut
 from rtgate.apps.voice.tts import TTSStage, VoiceTTS
-from rtgate.apps.voice.turns import AudioEndOfTurn, EotKind, TurnRules, TurnStage
+from rtgate.apps.voice.turns import AudioEndOfTurn, EotKind, TextScorer, TurnRules, TurnStage
 from rtgate.apps.voice.vad import SileroVAD, SpeechTracker, VADStage
 from rtgate.core.errors import InvalidRequest
 from rtgate.domains.loader import GENERIC_JUDGE, load_generic_judge
@@ -83,6 +84,10 @@ class VoiceConfig:
     # and with each turn spoken as one utterance, its pauses widened (0.36-0.56:
     # eval/voice-val-pause2, `rtgate voice smart-turn-eval`)
     audio_turns: bool = False
+    # one fitted end-of-turn decision over the silence (eot_rule.py, data/eot-rule.json) in
+    # place of the word rules' waits (session 15, docs/voice.md); off by default unless the
+    # natural7 bench confirmed it
+    learned_turns: bool = False
     # prepare the answer (and its audio) at a short pause, speak it only on the turn's end,
     # drop it silently when the caller goes on (agent.py); off: answer from the final
     # transcript. Off by default: on the validation calls, back to back on a quiet machine,
@@ -156,6 +161,8 @@ class VoiceModels:
         self.eot: EndOfTurn | None = None
         self.lm_eot: LMEndOfTurn | None = None
         self.audio_eot: AudioEndOfTurn | None = None
+        self.text_eot: TextScorer | None = None  # the text model, for the fitted decision
+        self.learned: EotRule | None = None
         # which turns the big model follows up: the domain-free judge (the text's own
         # complexity signals), fitted by `rtgate intents judge`
         self.judge: Judge | None = load_generic_judge() if GENERIC_JUDGE.exists() else None
@@ -177,6 +184,11 @@ class VoiceModels:
 
                 text = await asyncio.to_thread(TextEndOfTurn.load)
                 self.eot = ByCue(clause=self.lm_eot, question=text)
+        if cfg.learned_turns:
+            from rtgate.apps.voice.eot_text import TextEndOfTurn
+
+            self.text_eot = await asyncio.to_thread(TextEndOfTurn.load)
+            self.learned = await asyncio.to_thread(EotRule.load)
         if cfg.audio_turns:
             from rtgate.apps.voice.smart_turn import SmartTurn
 
@@ -270,7 +282,11 @@ class VoiceCall:
             speculate=cfg.speculate,
         )
         rules = cfg.rules or TurnRules.for_model(cfg.eot)
-        self.turns = TurnStage(rules, eot=models.eot, audio_eot=models.audio_eot)
+        if models.learned is not None and rules.learned is None:
+            rules = replace(rules, learned=models.learned)
+        self.turns = TurnStage(
+            rules, eot=models.eot, audio_eot=models.audio_eot, text_eot=models.text_eot
+        )
         self.output = OutputStage(self.out, pace=pace_out, lead_s=lead_s)
         self.listener = listener
         stages: list[Stage] = [

@@ -60,6 +60,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from rtgate.apps.voice.eot import EndOfTurn
+from rtgate.apps.voice.eot_rule import EotRule, Place
 from rtgate.apps.voice.frames import (
     RATE,
     AgentStartedFrame,
@@ -85,6 +86,7 @@ __all__ = [
     "Cue",
     "EotKind",
     "TextClass",
+    "TextScorer",
     "TurnRules",
     "TurnStage",
     "Voice",
@@ -107,6 +109,13 @@ a subordinate clause waiting for its main clause, or no covering transcript)."""
 Voice = Literal["done", "unsure", "more"]
 """What the voice says (the audio model's probability against ``audio_done_p`` and
 ``audio_more_p``)."""
+
+
+class TextScorer(Protocol):
+    """P(turn finished) of a partial's words, synchronous and cheap (the trained text
+    model, :class:`~rtgate.apps.voice.eot_text.TextEndOfTurn`)."""
+
+    def score(self, text: str, lang: str) -> float | None: ...
 
 
 class AudioEndOfTurn(Protocol):
@@ -305,6 +314,11 @@ class TurnRules:
     # a complete first question (0.5-1.0 s)
     question_more_p: float | None = None
     question_more_ms: float = 1200.0
+    # one fitted decision over the silence in place of the waits above (eot_rule.py,
+    # session 15): speak once its P(end) of the covering partial's class, the text model's
+    # score, the language and the silence reaches its bar (with ``TurnStage(text_eot=...)``);
+    # None: the word rules. The audio model, when on, still fuses as before.
+    learned: EotRule | None = None
 
     @classmethod
     def for_model(cls, kind: EotKind) -> TurnRules:
@@ -372,11 +386,14 @@ class TurnStage(Stage):
         rules: TurnRules | None = None,
         eot: EndOfTurn | None = None,
         audio_eot: AudioEndOfTurn | None = None,
+        text_eot: TextScorer | None = None,
     ) -> None:
         super().__init__()
         self.rules = rules or TurnRules()
         self.eot = eot
         self.audio_eot = audio_eot
+        self.text_eot = text_eot  # the trained text model, for ``rules.learned``
+        self._p_text: tuple[str, str, float | None] | None = None  # (lang, text, score)
         # the turn's audio (from ``pre_speech_s`` before it started), at most 8.5 s
         self._audio: deque[tuple[float, np.ndarray]] = deque()
         self._audio_task: asyncio.Task[None] | None = None
@@ -550,6 +567,9 @@ class TurnStage(Stage):
         if covering is not None and self.p_end is not None:
             turn, text, score = self.p_end
             p = score if (turn, text) == (covering.turn, covering.text) else None
+        if self.rules.learned is not None and self.audio_eot is None:
+            await self._learned(self.rules.learned, silence_ms, covering)
+            return
         if self.audio_eot is not None:
             tc = text_class(covering.text if covering is not None else None, p, self.rules)
             voice = self._voice()
@@ -567,6 +587,26 @@ class TurnStage(Stage):
         wait, rule = self.rules.wait_rule(c, p)
         if silence_ms >= wait:
             await self._end(rule, p)
+
+    async def _learned(
+        self, rule: EotRule, silence_ms: float, covering: TranscriptFrame | None
+    ) -> None:
+        """The fitted decision (:mod:`rtgate.apps.voice.eot_rule`): speak once its score at
+        the silence reaches its bar, or at its timeout."""
+        text = covering.text if covering is not None and covering.text.strip() else None
+        tc = text_class(text, None, self.rules)  # "ask", "question", "clause" or "open"
+        lang = covering.lang if covering is not None else self.lang
+        p_text = self._text_score(text, lang)
+        if rule.speaks(Place(tc, p_text, lang, silence_ms)):
+            await self._end(f"learned/{tc}", p_text)
+
+    def _text_score(self, text: str | None, lang: str) -> float | None:
+        """The text model's P(end) of ``text`` (tens of microseconds; kept for its words)."""
+        if text is None or self.text_eot is None:
+            return None
+        if self._p_text is None or self._p_text[:2] != (lang, text):
+            self._p_text = (lang, text, self.text_eot.score(text, lang))
+        return self._p_text[2]
 
     def _scoring_done(self) -> bool:
         return self._scoring is None or self._scoring.done()
