@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rtgate.apps.voice.eot_rule import EotRule, fit, rule_path, simulate
+from rtgate.apps.voice.eot_rule import EotRule, rule_path
+from rtgate.apps.voice.eot_rule_fit import fit, simulate
 
 
 def _load(paths: list[str]) -> list[dict[str, Any]]:

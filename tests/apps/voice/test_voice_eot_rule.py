@@ -15,9 +15,8 @@ from rtgate.apps.voice.eot_rule import (
     EotRule,
     Place,
     features,
-    fit,
-    simulate,
 )
+from rtgate.apps.voice.eot_rule_fit import fit, simulate
 from rtgate.apps.voice.frames import (
     AudioFrame,
     EndFrame,
