@@ -236,3 +236,38 @@ async def test_the_local_models_phrasing_is_spoken_only_when_it_keeps_the_entry(
     assert entry is not None and agent.routes[1] == "kb"
     assert " ".join(_said(down, "answer")) == entry.reply
     assert agent.traces[1]["phrasing_ok"] is False
+
+
+async def _long_call(turns: int, keep_turns: int | None) -> AgentStage:
+    """``turns`` turns, each ended and answered from the knowledge base (with a follow-up
+    for the multi-part ones), on one agent."""
+    asks = ("What is your refund policy, and can I get my money back?",
+            "How much data do I have left this month?")  # fmt: skip
+    async with Gate([Cloud(["Refunds take five days."])]) as deep:
+        kw = {} if keep_turns is None else {"keep_turns": keep_turns}
+        agent = AgentStage(Gate([]), Gate([]), deep, **kw)
+        async with Pipeline([agent], sink=lambda f: None) as p:
+            for n in range(1, turns + 1):
+                text, t = asks[n % 2], 2.0 * n
+                await p.put(TurnEndFrame(turn=n, text=text, lang="en", t=t, decided_t=t + 0.2,
+                                         rule="question"))  # fmt: skip
+                await p.put(TranscriptFrame(turn=n, text=text, lang="en", until=t, final=True))
+                await until(lambda n=n: n in agent.replies)  # type: ignore[misc]
+                await until(lambda: agent._answer is not None and agent._answer.done())
+            if agent._deep is not None:
+                await asyncio.wait([agent._deep])
+            await p.put(EndFrame())
+            await p.wait()
+    return agent
+
+
+async def test_a_long_call_keeps_the_latest_turns_records_only() -> None:
+    agent = await _long_call(7, keep_turns=3)
+    # at turn 7's end, turns 5-7 are the latest three: 1-4 are forgotten everywhere
+    for record in (agent.replies, agent.turn_text, agent.said, agent.routes, agent.verdicts):
+        assert sorted(record) == [5, 6, 7]
+    assert set(agent.followups) <= {5, 6, 7} and agent.interrupted <= {5, 6, 7}
+    assert agent._deeps == {}  # every follow-up job finished and left its table
+    # the default keeps 64: a call of 70 turns holds turns 7-70
+    agent = await _long_call(70, keep_turns=None)
+    assert sorted(agent.turn_text) == list(range(7, 71)) and len(agent.said) == 64

@@ -55,6 +55,12 @@ talks over. The answer's text is queued for speech before its audio starts: whil
 output is silent, the floor is kept until that audio starts (the next
 ``AgentStartedFrame``), not only until the text is queued (natural5: a caller who began in
 that gap, while the answer was being synthesised, was talked over for 280 ms).
+
+**A bounded record.** What the agent keeps per turn (the caller's words, what was said back,
+routes, traces, verdicts, follow-up records) is kept for the latest ``keep_turns`` turns
+(:data:`KEEP_TURNS`, 64) and forgotten, oldest first, at each turn's end; a follow-up job
+leaves its table when it finishes. A call of any length holds a bounded record; a report
+read at a call's end (``bench voice``, ``voice run``) covers its latest 64 turns.
 """
 
 from __future__ import annotations
@@ -91,6 +97,7 @@ __all__ = [
     "ACK_UNITS",
     "FOLLOWUP_PREFIX",
     "GENERIC_ACK",
+    "KEEP_TURNS",
     "REPEAT_SHARE",
     "AgentStage",
     "ack_units",
@@ -111,6 +118,10 @@ NO_REPEAT = {
     "en": "(Please go on and answer my question, without repeating what you just said.)",
 }
 REPEAT_SHARE = 0.6  # a follow-up sentence with this share of its words already said is dropped
+# the records of the latest this many turns are kept (what the caller said, what was said
+# back, routes, verdicts, follow-up records); older ones are forgotten at each turn's end, so
+# a call of any length holds a bounded record (they grew by one entry a turn before session 16)
+KEEP_TURNS = 64
 FALLBACK_ANSWER = {"zh": "我再帮您确认一下。", "en": "Let me double-check that for you."}
 _DEEP = re.compile(
     r"(退费|退款|退订|退钱|怎么退|违约|合同|政策|条款|赔偿|补偿|如果.*(并且|而且|还|又|和)|"
@@ -221,9 +232,12 @@ class AgentStage(Stage):
         phrase: bool = False,
         speculate: bool = False,
         followup_policy: FollowupPolicy | None = None,
+        keep_turns: int = KEEP_TURNS,
     ) -> None:
         super().__init__()
         self.judge = judge
+        # never fewer than the history a prompt reads and the turn before (``whole_ask``)
+        self.keep_turns = max(keep_turns, history_turns + 1, 2)
         # the knowledge base answered from first ("telecom": the shipped domain)
         self.kb: KnowledgeBase | None = shipped() if kb == "telecom" else (
             kb if isinstance(kb, KnowledgeBase) else None)  # fmt: skip
@@ -405,6 +419,7 @@ class AgentStage(Stage):
         self._replying = frame.turn  # from the ack to the answer's last sentence
         self.caller_turn = False
         self.pending.turn_ended(frame.turn)
+        self._forget_before(frame.turn)
         if frame.text.strip():
             self.turn_text.setdefault(frame.turn, frame.text)
             ack = await self._ack(frame.text, frame.lang, self.ack_turn_budget_ms)
@@ -595,7 +610,29 @@ class AgentStage(Stage):
 
     def _ask_followup(self, turn: int, lang: str, job: Coroutine[Any, Any, None]) -> None:
         self.pending.ask(turn, lang)
-        self._deep = self._deeps[turn] = self._spawn(job)
+        task = self._deep = self._deeps[turn] = self._spawn(job)
+
+        def finished(done: asyncio.Task[None]) -> None:
+            # a finished job leaves the table: it holds the jobs still running, no more
+            if self._deeps.get(turn) is done:
+                del self._deeps[turn]
+
+        task.add_done_callback(finished)
+
+    def _forget_before(self, turn: int) -> None:
+        """Forget the records of the turns more than ``keep_turns`` before ``turn`` (the
+        policy in the module docstring): what the caller said, what was said back, the
+        routes, traces, verdicts and follow-up records. The history a prompt reads is the
+        last ``history_turns`` turns, well inside them."""
+        oldest = turn - self.keep_turns + 1
+        records: tuple[dict[int, Any], ...] = (
+            self.replies, self.joined, self.turn_text, self.acks, self.said, self.answers,
+            self.routes, self.traces, self.followups, self.verdicts, self._committed,
+        )  # fmt: skip
+        for record in records:
+            for old in [t for t in record if t < oldest]:
+                del record[old]
+        self.interrupted = {t for t in self.interrupted if t >= oldest}
 
     def _cancel_followup(self, turn: int) -> None:
         """Stop the job of ``turn`` (taken back or stale: its answer would not be said)."""
