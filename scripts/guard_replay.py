@@ -126,7 +126,7 @@ def replay(
         [r.slow for r in per],
         [r.persist for r in per],
     )
-    eng = RuleEngine(rules, names)
+    eng = RuleEngine(rules, names, [True] * n)  # every station enrolled
     seen = np.zeros((n, w), np.float32)
     tr: dict[str, np.ndarray] = {
         "persist": np.zeros((n, w), np.float32),

@@ -242,5 +242,7 @@ def test_the_guard_uses_the_enrolments_and_its_warm_up_leaves_no_novelty() -> No
     w = np.zeros((2, HOP), np.float32)
     guard.process(w, 0.02)
     assert guard.last_scores[0] == guard.last_detector_scores[0]
+    # the one-window clause: A (no enrolment) keeps the rule's bar, B (enrolled) has none
+    assert [r.instant for r in guard.engine._rule] == [0.995, 0.0]
     with pytest.raises(InvalidRequest):
         Guard(["A", "B"], enrolments=[e])

@@ -132,3 +132,25 @@ def test_bad_rules_are_config_errors(tmp_path: Path, text: str) -> None:
 def test_missing_rules_file() -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         Rules.load("/nonexistent/rules.toml")
+
+
+def test_an_enrolled_station_has_no_one_window_clause_unless_its_rule_says() -> None:
+    # A has no enrolment, B has one: one window at 0.999 stops A at once, not B
+    eng = RuleEngine(Rules(), ["A", "B"], [False, True])
+    out = eng.feed(np.array([0.999, 0.999], np.float32), 0.02)
+    assert [(d.station, d.instant) for d in out] == [("A", True)]
+    # B still stops on k of n (2 of 3 over the threshold)
+    assert [d.station for d in eng.feed(np.array([0.1, 0.95], np.float32), 0.04)] == ["B"]
+    # a bar for enrolled stations: its decisions carry it and say so
+    eng = RuleEngine(Rules(Rule(enrolled_instant=0.998)), ["A", "B"], [False, True])
+    out = eng.feed(np.array([0.1, 0.999], np.float32), 0.02)
+    assert [(d.station, d.instant, d.rule.describe(d.instant)) for d in out] == [
+        ("B", True, "default: score>=0.998 in 1 window")
+    ]
+    # without the flags every station keeps `instant`, as before
+    assert [d.station for d in RuleEngine(Rules(), ["A", "B"]).feed([0.1, 0.999], 0.02)] == ["B"]
+    with pytest.raises(InvalidRequest):
+        RuleEngine(Rules(), ["A", "B"], [True])
+    assert Rules.parse({"enrolled_instant": 0.99}).default.enrolled_instant == 0.99
+    with pytest.raises(ConfigError):
+        Rules.parse({"enrolled_instant": 1.5})

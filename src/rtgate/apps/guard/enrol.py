@@ -258,7 +258,7 @@ def _replay(rec: Recording, enrolment: Enrolment, rule: Rule) -> tuple[F32, int]
     stops = 0
     for a, b in rec.segments:
         base.reset()
-        eng = RuleEngine(Rules(rule), ["station"])
+        eng = RuleEngine(Rules(rule), ["station"], [True])
         for t in range(a, b):
             f, s = rec.features[t : t + 1], rec.scores[t : t + 1]
             s = base.adjust(f, s, None, logits[t : t + 1])

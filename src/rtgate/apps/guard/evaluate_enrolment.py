@@ -263,7 +263,7 @@ def _run(
         [r.slow for r in per],
         [r.persist for r in per],
     )
-    eng = RuleEngine(rules, names)
+    eng = RuleEngine(rules, names, [e is not None for e in enrolments])
     seen = np.zeros((n, fleet.score_w), np.float32)
     stops = []
     for t in range(fleet.score_w):

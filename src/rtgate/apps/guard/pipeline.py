@@ -74,14 +74,15 @@ class Guard:
         self.stations = list(stations)
         n = len(self.stations)
         self.rules = rules or Rules()
-        self.engine = RuleEngine(self.rules, self.stations)
+        if enrolments is not None and len(enrolments) != n:
+            raise InvalidRequest(f"{len(enrolments)} enrolments for {n} stations")
+        self._enrolled = [e is not None for e in enrolments or [None] * n]
+        self.engine = RuleEngine(self.rules, self.stations, self._enrolled)
         # every stop topic checked now (InvalidRequest), not at a stop's publish
         self.topics = [self.rules.for_station(s).topic_for(s) for s in self.stations]
         self.detector = detector or Detector(n_streams=n)
         if self.detector.n_streams != n:
             raise InvalidRequest(f"detector has {self.detector.n_streams} streams, need {n}")
-        if enrolments is not None and len(enrolments) != n:
-            raise InvalidRequest(f"{len(enrolments)} enrolments for {n} stations")
         novelty = [self.rules.for_station(s).novelty for s in self.stations]
         rhythm = [self.rules.for_station(s).rhythm for s in self.stations]
         thresholds = [self.rules.for_station(s).threshold for s in self.stations]
@@ -134,7 +135,7 @@ class Guard:
             StopMessage(self.stations[0], 0.0, self.clock(), 0.0, rule.describe()).to_json()
         finally:
             self.sink, self.on_stop, self.before_publish = sink, on_stop, before
-            self.engine = RuleEngine(self.rules, self.stations)
+            self.engine = RuleEngine(self.rules, self.stations, self._enrolled)
             self.detector.reset()
             self.baselines.reset()
             if self.rhythm is not None:

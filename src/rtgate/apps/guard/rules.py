@@ -6,6 +6,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     k = 2                         # stop when k of the last n windows are hits
     n = 3
     instant = 0.995               # or at once on one window scoring >= instant (0: off)
+    enrolled_instant = 0.0        # the same for enrolled stations (0, the default: off)
     novelty = 0.0                 # enrolled stations: a window this novel is a hit (0: off)
     rhythm = 0.0                  # enrolled stations: a rhythm this far over its own is a hit
     slow = 0.0                    # enrolled stations (format /5): a slow rise this far is a hit
@@ -48,6 +49,7 @@ _FIELDS = {
     "k",
     "n",
     "instant",
+    "enrolled_instant",
     "novelty",
     "rhythm",
     "slow",
@@ -70,6 +72,17 @@ class Rule:
     once; 0 turns it off. A score that high is rare on healthy motors (no false stop on
     960 held-out clips of 8 s; at 0.985, one) and saves one window on clear faults; faint
     faults still need ``k`` of ``n``.
+
+    ``enrolled_instant``: the one-window clause's bar for a station with an enrolment (its
+    scores are calibrated on its own healthy recording, ``baseline.py``); 0 (the default)
+    turns it off there, a station without one keeps ``instant``. On the outside set's
+    machines, every station enrolled, the clause stopped healthy stations on a single
+    window (most with babble or a conveyor behind them): 9 validation seeds, 600 stations,
+    67 false stops with it and 52 without, one catch lost; a blind seed 12 -> 9, no catch
+    lost. What it costs: on the benchmark's fleet enrolled (``bench guard --enrol-s 30``)
+    onset -> stop p50 47 -> 63 ms, no stop lost (docs/guard.md, Session 16). Stations
+    without an enrolment are the general detector's, whose calibration puts its second
+    operating point at ``instant``.
 
     ``novelty``: for a station with an enrolment (``baseline.py``), a window whose novelty
     is at least this (1: the most its healthy recording reached) is a hit as well, whatever
@@ -108,6 +121,7 @@ class Rule:
     k: int = 2
     n: int = 3
     instant: float = 0.995
+    enrolled_instant: float = 0.0
     novelty: float = 0.0
     rhythm: float = 0.0
     slow: float = 0.0
@@ -126,6 +140,9 @@ class Rule:
         ins = self.instant
         if not (isinstance(ins, int | float) and 0.0 <= ins <= 1.0):
             raise ConfigError(f"instant must be in [0, 1] (0: off), got {ins!r}")
+        ein = self.enrolled_instant
+        if not (isinstance(ein, int | float) and 0.0 <= ein <= 1.0):
+            raise ConfigError(f"enrolled_instant must be in [0, 1] (0: off), got {ein!r}")
         nov = self.novelty
         if not (isinstance(nov, int | float) and (nov == 0 or 1.0 <= nov <= 1000.0)):
             raise ConfigError(f"novelty must be 0 (off) or in [1, 1000], got {nov!r}")
@@ -243,14 +260,25 @@ class Decision:
 
 
 class RuleEngine:
-    """k-of-n hits and cool-down for many stations at once (vectorised over stations)."""
+    """k-of-n hits and cool-down for many stations at once (vectorised over stations).
 
-    def __init__(self, rules: Rules, stations: Sequence[str]) -> None:
+    ``enrolled``: per station, whether it has an enrolment (default: none has); an enrolled
+    station's one-window bar is its rule's ``enrolled_instant`` (its decisions carry that
+    rule, with ``instant`` set to it)."""
+
+    def __init__(
+        self, rules: Rules, stations: Sequence[str], enrolled: Sequence[bool] | None = None
+    ) -> None:
         if not stations or len(set(stations)) != len(stations):
             raise InvalidRequest("stations must be non-empty and unique")
+        if enrolled is not None and len(enrolled) != len(stations):
+            raise InvalidRequest(f"{len(enrolled)} enrolled flags for {len(stations)} stations")
         self.rules = rules
         self.stations = list(stations)
         per = [rules.for_station(s) for s in self.stations]
+        if enrolled is not None:
+            per = [replace(r, instant=r.enrolled_instant) if e else r
+                   for r, e in zip(per, enrolled, strict=True)]  # fmt: skip
         self._rule = per
         self._thr = np.array([r.threshold for r in per], dtype=np.float32)
         self._k = np.array([r.k for r in per], dtype=np.int8)
