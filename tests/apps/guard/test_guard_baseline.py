@@ -15,12 +15,13 @@ from rtgate.apps.guard.baseline import (
     BOOST,
     JUMP,
     LOGIT_BOUND,
+    RISE_WINDOWS,
     SHIFT_MAX,
     Baselines,
     Enrolment,
     EnrolmentStore,
 )
-from rtgate.apps.guard.features import HOP, N_FEATURES
+from rtgate.apps.guard.features import HOP, N_FEATURES, RATE
 from rtgate.apps.guard.pipeline import Guard
 from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
 from rtgate.core.errors import ConfigError, InvalidRequest
@@ -87,15 +88,41 @@ def test_a_calibrated_station_overrules_the_absolute_score_but_not_a_rise() -> N
     # a worse fault: the logit keeps rising where the score has saturated
     assert seen(40.0) > 0.999
     # the machine runs quieter than while enrolling, then sounds like a fault again: the
-    # detector's rise over its own slow average stops it, although not over its range
+    # detector's rise over its own slow average, held for RISE_WINDOWS windows, stops it,
+    # although not over its range
     base.reset()
     for _ in range(300):
         assert seen(-10.0) < 0.5
     level = -10.0 + (8.0 + 10.0) * (1 - ALPHA_LEVEL) ** 300
     d = max(level + JUMP, T) + 0.3
-    assert seen(d) >= 0.92 and d < q
+    assert RISE_WINDOWS == 3 and d < q
+    assert seen(d) < 0.92 and seen(d) < 0.92  # the first two windows of it: not yet
+    assert seen(d) >= 0.92
     base.reset()  # back at the recording's median: the same logit is no rise
-    assert seen(d) < 0.92
+    assert all(seen(d) < 0.92 for _ in range(RISE_WINDOWS + 2))
+
+
+def test_a_one_window_spike_on_a_calibrated_station_is_no_rise() -> None:
+    """Outside seed 20261205 (Session 16): on stations the detector was sometimes sure about
+    while enrolling (a conveyor's splice clicks), one or two windows jump from a logit of -9
+    to +7, 16 over the detector's slow average; the rise of one window stopped them at once
+    (its score over the one-window bar). The rise now needs RISE_WINDOWS windows in a row:
+    fails with RISE_WINDOWS = 1, the old rule."""
+    rng = np.random.default_rng(16)
+    e = _enrolment("A", rng, 5.3, median=-8.5)  # station 8 of that seed: q 5.3, median -8.5
+    rules = Rules(Rule())
+    base = Baselines([e], thresholds=[rules.for_station("A").threshold])
+    eng = RuleEngine(rules, ["A"])
+    normal = e.mean[None, :]
+    logits = [-9.0] * 200 + [7.2] + [-9.0] * 50 + [5.8, 7.2] + [-9.0] * 50  # as on that seed
+    logits += [5.0] * 10  # a rise that holds (a fault): stopped
+    stops = []
+    for t, d in enumerate(logits):
+        p = np.array([1 / (1 + math.exp(-d))], np.float32)
+        s = base.adjust(normal, p, None, np.array([d], np.float32))
+        stops += [t for _ in eng.feed(s, (t + 1) * HOP / RATE, None, base.last_novel)]
+    # the rise's first hit is its RISE_WINDOWS-th window, the k-of-n's second the next
+    assert stops == [len(logits) - 10 + RISE_WINDOWS]
 
 
 def test_no_file_raises_the_bar_past_the_bound(tmp_path: Path) -> None:
