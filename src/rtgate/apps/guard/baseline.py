@@ -22,7 +22,8 @@ and station (:class:`Baselines`, vectorised over stations, a few array operation
   over the detector's own slow average (``ALPHA_LEVEL``, from the recording's median), on
   it and the ``RISE_WINDOWS - 1`` windows before it (the lowest of their ``d``), is a hit
   whatever ``c``: a machine that ran quieter than its enrolment and then sounds like a
-  fault again; one or two windows of a click are not (Session 16).
+  fault again (``RISE_WINDOWS`` = 3 would ignore a burst of one or two windows; measured in
+  Session 16 and not kept: it loses an impulsive fault's rise).
 
 The bound: ``q`` is at most ``LOGIT_BOUND`` (a file beyond it is refused) and the move of
 the logit stays in ``[-(LOGIT_BOUND - T) - SHIFT_MAX, BOOST]``; without a calibration (files
@@ -158,7 +159,9 @@ SHIFT_MAX = 1.5  # logit: 0.92 -> 0.981, 0.995 -> 0.9989
 BOOST = 1.0  # logit: on a novel window 0.92 -> 0.81
 LOGIT_BOUND = 16.0  # the calibration's q at most (a file beyond it is refused)
 JUMP = 12.0  # logit over the detector's slow average: a rise (calibrated stations only)
-RISE_WINDOWS = 3  # the rise is the lowest logit of this many windows in a row (1: one window)
+RISE_WINDOWS = (
+    1  # the rise: the lowest logit of this many windows in a row (3: Session 16, not kept)
+)
 ALPHA_LEVEL = 0.02  # the detector's slow average: about 50 windows (1 s)
 SD_FLOOR = 0.05  # a feature that barely moved while enrolling is not taken as exact
 NOVELTY_FLOOR = 1.0  # in units of sd: a very steady recording does not make all novel
