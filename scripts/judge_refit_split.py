@@ -77,7 +77,7 @@ def compare(g: Gathered) -> None:
     show("shipped", shipped, ())
     for label, drop in (("with length", ()), ("no length", (LENGTH,))):
         sub = {ASK_SETS[n].name: (g[n][0], _cut(g[n][1], drop)) for n in FIT}
-        for min_fast in (0.96, 0.9, 0.85, 0.8, 0.75, 0.7, 0.6, 0.5):
+        for min_fast in (0.9, 0.8, 0.7, 0.6):
             judge, rep = fit_rows(sub, min_fast=min_fast)
             oof = rep["out_of_fold"]
             show(f"{label}, min_fast {min_fast} (t {rep['threshold']}, pause "
