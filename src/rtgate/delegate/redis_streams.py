@@ -176,7 +176,7 @@ class RedisStreamsQueue(BrokerQueue):
                     data = msg["data"]
                     yield data if isinstance(data, bytes) else str(data).encode()
         finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
 
     async def _lookup_many(self, ids: list[str]) -> list[dict[str, Any] | None]:
         async with self.redis.pipeline(transaction=False) as pipe:

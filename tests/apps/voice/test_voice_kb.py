@@ -12,6 +12,7 @@ import pytest
 
 from rtgate.apps.voice.agent import (
     FOLLOWUP_AFTER_HOLD,
+    KEEP_TURNS,
     NO_REPEAT,
     AgentStage,
     fresh_followup,
@@ -238,14 +239,13 @@ async def test_the_local_models_phrasing_is_spoken_only_when_it_keeps_the_entry(
     assert agent.traces[1]["phrasing_ok"] is False
 
 
-async def _long_call(turns: int, keep_turns: int | None) -> AgentStage:
+async def _long_call(turns: int, keep_turns: int = KEEP_TURNS) -> AgentStage:
     """``turns`` turns, each ended and answered from the knowledge base (with a follow-up
     for the multi-part ones), on one agent."""
     asks = ("What is your refund policy, and can I get my money back?",
             "How much data do I have left this month?")  # fmt: skip
     async with Gate([Cloud(["Refunds take five days."])]) as deep:
-        kw = {} if keep_turns is None else {"keep_turns": keep_turns}
-        agent = AgentStage(Gate([]), Gate([]), deep, **kw)
+        agent = AgentStage(Gate([]), Gate([]), deep, keep_turns=keep_turns)
         async with Pipeline([agent], sink=lambda f: None) as p:
             for n in range(1, turns + 1):
                 text, t = asks[n % 2], 2.0 * n
@@ -269,5 +269,5 @@ async def test_a_long_call_keeps_the_latest_turns_records_only() -> None:
     assert set(agent.followups) <= {5, 6, 7} and agent.interrupted <= {5, 6, 7}
     assert agent._deeps == {}  # every follow-up job finished and left its table
     # the default keeps 64: a call of 70 turns holds turns 7-70
-    agent = await _long_call(70, keep_turns=None)
+    agent = await _long_call(70)
     assert sorted(agent.turn_text) == list(range(7, 71)) and len(agent.said) == 64
