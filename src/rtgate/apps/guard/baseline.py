@@ -19,11 +19,10 @@ and station (:class:`Baselines`, vectorised over stations, a few array operation
   sounds like the station's normal the detector must be surer, on one the station has never
   sounded like it may be a little less sure;
 - a rise: on a station with ``c > 0``, a window whose ``d`` is at least ``T`` and ``JUMP``
-  over the detector's own slow average (``ALPHA_LEVEL``, from the recording's median), on
-  it and the ``RISE_WINDOWS - 1`` windows before it (the lowest of their ``d``), is a hit
-  whatever ``c``: a machine that ran quieter than its enrolment and then sounds like a
-  fault again (``RISE_WINDOWS`` = 3 would ignore a burst of one or two windows; measured in
-  Session 16 and not kept: it loses an impulsive fault's rise).
+  over the detector's own slow average (``ALPHA_LEVEL``, from the recording's median) is a
+  hit whatever ``c``: a machine that ran quieter than its enrolment and then sounds like a
+  fault again (a rise held over three windows would ignore a burst of one or two: measured
+  in docs/guard.md Session 16 and not kept, it loses an impulsive fault's rise).
 
 The bound: ``q`` is at most ``LOGIT_BOUND`` (a file beyond it is refused) and the move of
 the logit stays in ``[-(LOGIT_BOUND - T) - SHIFT_MAX, BOOST]``; without a calibration (files
@@ -125,7 +124,6 @@ __all__ = [
     "PERSIST_WINDOWS",
     "RHYTHM_FLOOR",
     "RHYTHM_MARGIN",
-    "RISE_WINDOWS",
     "SHIFT_MAX",
     "SLOW_ALPHA",
     "SLOW_BAR",
@@ -159,9 +157,6 @@ SHIFT_MAX = 1.5  # logit: 0.92 -> 0.981, 0.995 -> 0.9989
 BOOST = 1.0  # logit: on a novel window 0.92 -> 0.81
 LOGIT_BOUND = 16.0  # the calibration's q at most (a file beyond it is refused)
 JUMP = 12.0  # logit over the detector's slow average: a rise (calibrated stations only)
-RISE_WINDOWS = (
-    1  # the rise: the lowest logit of this many windows in a row (3: Session 16, not kept)
-)
 ALPHA_LEVEL = 0.02  # the detector's slow average: about 50 windows (1 s)
 SD_FLOOR = 0.05  # a feature that barely moved while enrolling is not taken as exact
 NOVELTY_FLOOR = 1.0  # in units of sd: a very steady recording does not make all novel
@@ -625,9 +620,6 @@ class Baselines:
             self.novelty_clause or self.own_model or self.slow_clause or self.persist_clause
         )
         self._level = self._level0.copy()
-        # the last RISE_WINDOWS logits (-inf: not yet heard), the rise their lowest
-        self._rise_ring = np.full((n, max(int(RISE_WINDOWS), 1)), -np.inf, np.float32)
-        self._rise_pos = np.zeros(n, np.int64)
         self._m = np.zeros((n, N_FEATURES), np.float32)
         self._z = np.zeros((n, N_FEATURES), np.float32)
         self._g = np.zeros(n, np.float32)
@@ -653,8 +645,6 @@ class Baselines:
         self._pos[sel] = 0
         self._calm_run[sel] = PERSIST_HOLD
         self._level[sel] = self._level0[sel]
-        self._rise_ring[sel] = -np.inf
-        self._rise_pos[sel] = 0
 
     def adjust(
         self,
@@ -713,11 +703,7 @@ class Baselines:
         out = logits - self._cal[idx] + self._span[idx] * g - self._shift[idx]
         if self.calibrated:
             level = self._level[idx]
-            pos = self._rise_pos[idx]
-            self._rise_ring[idx, pos] = logits
-            self._rise_pos[idx] = (pos + 1) % self._rise_ring.shape[1]
-            low = self._rise_ring[idx].min(axis=1)
-            rise = np.minimum(low, low - level - np.float32(JUMP) + self._rise_t[idx])
+            rise = np.minimum(logits, logits - level - np.float32(JUMP) + self._rise_t[idx])
             self._level[idx] = level + np.float32(ALPHA_LEVEL) * (logits - level)
             out = np.maximum(out, rise)
         return _sigmoid(scores, out, self.enrolled[idx])
@@ -779,16 +765,11 @@ class Baselines:
         g += logits
         g -= self._cal
         if self.calibrated:  # the rise over the detector's slow average
-            ring = self._rise_ring
-            ring[self._rows, self._rise_pos] = logits
-            self._rise_pos += 1
-            self._rise_pos %= ring.shape[1]
-            low = ring.min(axis=1)  # the lowest of the last RISE_WINDOWS logits
-            np.subtract(low, self._level, out=b)  # over the level before this window
-            self._level += np.float32(ALPHA_LEVEL) * (logits - self._level)
+            np.subtract(logits, self._level, out=b)
+            self._level += np.float32(ALPHA_LEVEL) * b
             b += self._rise_t
             b -= np.float32(JUMP)
-            np.minimum(b, low, out=b)
+            np.minimum(b, logits, out=b)
             np.maximum(g, b, out=g)
         return _sigmoid(scores, g, self.enrolled)
 
