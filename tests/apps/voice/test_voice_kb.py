@@ -28,9 +28,11 @@ from rtgate.apps.voice.frames import (
 from rtgate.apps.voice.kb_eval import (
     CALL_SETS,
     TUNED_ON,
+    call_set,
     evaluate,
     load_calls,
     on_topic,
+    run_sets,
     topic_ids,
     unknown_topics,
 )
@@ -139,6 +141,23 @@ def test_the_call_sets_load_and_are_disjoint(name: str) -> None:
     assert not tuned & {c.text for c in held}
     corpus = (CALL_SETS[name].parent / "corpus.jsonl").read_text(encoding="utf-8")
     assert not any(f'"{c.text}"' in corpus for c in held)  # no held-out line was trained on
+
+
+def test_a_calls_file_outside_the_package_is_evaluated_by_its_path(tmp_path: Path) -> None:
+    """A blind set kept outside the package (eval/calls-eval3/) is read by its path."""
+    path = tmp_path / "blind.jsonl"
+    rows = ['{"text": "怎么退订这个包月会员", "lang": "zh", "kind": "simple", '
+            '"topic": "cancel_subscription"}',
+            '{"text": "what is the weather in Leeds tomorrow", "lang": "en", "kind": "ood", '
+            '"topic": null}']  # fmt: skip
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    assert call_set("tune") == CALL_SETS["tune"] and call_set(str(path)) == path
+    report = run_sets([str(path)])
+    block = report[str(path)]["all"]
+    assert block["n"] == 2 and block["simple"]["n"] == 1 and block["ood"]["n"] == 1
+    assert block["ood"]["followed_up"] == 1.0  # the weather is held and followed up
+    with pytest.raises(ConfigError, match="unknown call set"):
+        call_set(str(tmp_path / "missing.jsonl"))
 
 
 def test_a_malformed_call_is_refused_with_its_line(tmp_path: Path) -> None:

@@ -43,18 +43,22 @@ def build_cmd(
 @kb_app.command("eval")
 def eval_cmd(
     sets: Annotated[
-        list[str] | None, typer.Option("--set", help="tune, val, tune2, eval, eval2 (default all)")
+        list[str] | None,
+        typer.Option("--set", help="tune, val, tune2, eval, eval2 or a calls file (default: all five)"),
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
     corrections: Annotated[bool, typer.Option(help="apply the domain's ASR corrections")] = True,
 ) -> None:
     """First answers on the caller transcripts: on topic, followed up, from the KB."""
-    from rtgate.apps.voice.kb_eval import CALL_SETS, run_sets, summary
+    from rtgate.apps.voice.kb_eval import CALL_SETS, call_set, run_sets, summary
+    from rtgate.core.errors import ConfigError
 
     names = sets or list(CALL_SETS)
-    bad = [n for n in names if n not in CALL_SETS]
-    if bad:
-        raise typer.BadParameter(f"unknown set {bad[0]!r}; one of {', '.join(CALL_SETS)}")
+    for name in names:
+        try:
+            call_set(name)
+        except ConfigError as e:
+            raise typer.BadParameter(str(e)) from e
     report = run_sets(names, corrections=corrections)
     summary(report)
     if json_out is not None:

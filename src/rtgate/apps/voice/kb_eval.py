@@ -212,9 +212,22 @@ def _share(flags: Sequence[bool]) -> float | None:
     return round(sum(flags) / len(flags), 4) if flags else None
 
 
+def call_set(name: str, data_dir: Path = TELECOM_DIR) -> Path:
+    """The file of the call set ``name`` (``tune``, ``eval`` …: ``calls-NAME.jsonl`` of the
+    domain), or ``name`` itself as a path to a JSON Lines file of calls (a blind set kept
+    outside the package); ``ConfigError`` when it is neither."""
+    if name in CALL_SETS:
+        return data_dir / f"calls-{name}.jsonl"
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    raise ConfigError(f"unknown call set {name!r}: one of {', '.join(CALL_SETS)}, or a file")
+
+
 def run_sets(names: Sequence[str] = tuple(CALL_SETS), *, data_dir: Path = TELECOM_DIR,
              corrections: bool = True) -> dict[str, Any]:  # fmt: skip
-    """:func:`evaluate` on each named set of the domain (``tune``, ``eval``)."""
+    """:func:`evaluate` on each set (a name of the domain's, ``tune``, ``eval`` …, or a
+    file: :func:`call_set`), keyed by the name as given."""
     kb = KnowledgeBase.load(data_dir)
     out: dict[str, Any] = {
         "domain": str(data_dir.name),
@@ -223,7 +236,7 @@ def run_sets(names: Sequence[str] = tuple(CALL_SETS), *, data_dir: Path = TELECO
         "judge_threshold": None if kb.judge is None else kb.judge.threshold,
     }
     for name in names:
-        path = data_dir / f"calls-{name}.jsonl"
+        path = call_set(name, data_dir)
         out[name] = evaluate(kb, load_calls(path, kb.intents), corrections=corrections)
     return out
 
@@ -332,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m rtgate.apps.voice.kb_eval")
     ap.add_argument("--json", type=Path, default=None, help="write the report here")
-    ap.add_argument("--set", action="append", choices=sorted(CALL_SETS), dest="sets")
+    ap.add_argument("--set", action="append", dest="sets", help="a set's name or a file")
     ap.add_argument("--no-corrections", action="store_true", help="without the ASR corrections")
     args = ap.parse_args(argv)
     report = run_sets(args.sets or tuple(CALL_SETS), corrections=not args.no_corrections)
@@ -345,11 +358,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def summary(report: dict[str, Any]) -> None:
     """One line per set and language on stdout."""
-    for name in CALL_SETS:
-        if name not in report:
-            continue
+    for name, block in report.items():
+        if not (isinstance(block, dict) and "all" in block):
+            continue  # the report's settings, not a set
         for lang in ("all", "zh", "en"):
-            b = report[name][lang]
+            b = block[lang]
             print(
                 f"{name:5} {lang:3} n={b['n']:3}  first answer on topic "
                 f"{b['first_answer_on_topic']}"
