@@ -11,6 +11,12 @@ Another domain is the same four files in another folder (``data_dir=``).
 answers from (:mod:`rtgate.domains.knowledge`); its intents are the keys of its own
 ``intents.json`` (:func:`domain_intents`), as for any domain but ``cards``.
 
+The autocomplete's reader has its own n-gram classifier (``reader-ngram.npz``,
+:func:`load_reader_classifier`): it learns the corpus, lead-in variants of it, and the
+simple asks of the ask sets ``intent-asks.json`` names (people's long, personal asks, which
+the FAQ-like corpus lacks); ``rtgate intents reader`` retrains it, and a stale one is
+retrained in memory.
+
 Optional beside them: ``judge.json``, the calibrated "can the fast path answer this?"
 model (:func:`load_judge`, fitted by ``rtgate intents judge`` on ``asks-tune.jsonl``),
 and ``asks-eval.jsonl``, asks it is measured on and never fitted to (:func:`load_asks`).
@@ -41,6 +47,8 @@ __all__ = [
     "DATA_DIR",
     "GENERIC_JUDGE",
     "INTENTS",
+    "INTENT_ASKS",
+    "READER_PARAMS",
     "SCOPE_TRAIN_ASKS",
     "TELECOM_DIR",
     "Ask",
@@ -50,6 +58,7 @@ __all__ = [
     "corpus_digest",
     "domain_intents",
     "familiarity",
+    "intent_ask_files",
     "json_lines",
     "judge_path",
     "lead_in_variants",
@@ -58,16 +67,22 @@ __all__ = [
     "load_clause_reader",
     "load_corpus",
     "load_generic_judge",
+    "load_intent_asks",
     "load_judge",
+    "load_reader_classifier",
     "load_replies",
     "load_scope",
     "load_semantic_scope",
     "load_templates",
     "model_path",
+    "reader_digest",
+    "reader_examples",
+    "reader_model_path",
     "scope_examples",
     "scope_path",
     "semantic_scope_examples",
     "semantic_scope_path",
+    "train_reader_classifier",
     "train_scope",
     "vocabulary",
 ]
@@ -121,6 +136,83 @@ def load_corpus(data_dir: Path = DATA_DIR) -> list[Example]:
 def corpus_digest(data_dir: Path = DATA_DIR) -> str:
     """SHA-256 of the corpus file: a trained model records the corpus it learned from."""
     return hashlib.sha256((data_dir / "corpus.jsonl").read_bytes()).hexdigest()
+
+
+INTENT_ASKS = "intent-asks.json"
+# the reader's classifier: character 1-4-grams, every prefix at 0.3, lightly regularised
+READER_PARAMS: dict[str, Any] = {"ngram": (1, 4), "c": 0.3, "prefix_weight": 0.3}
+
+
+def intent_ask_files(data_dir: Path = DATA_DIR) -> list[Path]:
+    """The ask sets whose simple asks the reader's classifier learns beside the corpus:
+    the files ``intent-asks.json`` names (``{"asks": ["asks-train2.jsonl", …]}``, relative
+    to the domain folder); none when the domain has no such file. ``ConfigError`` when it
+    is malformed or names a missing set."""
+    path = data_dir / INTENT_ASKS
+    if not path.exists():
+        return []
+    try:
+        names = json.loads(path.read_text(encoding="utf-8"))["asks"]
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: malformed: {e}") from e
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{path}: 'asks' must be a list of file names")
+    files = [data_dir / n for n in names]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise ConfigError(f"{path}: no such ask set: {', '.join(missing)}")
+    return files
+
+
+def load_intent_asks(data_dir: Path = DATA_DIR) -> list[Example]:
+    """The simple asks of :func:`intent_ask_files`, each as an example of its intent."""
+    intents = domain_intents(data_dir)
+    out: list[Example] = []
+    for f in intent_ask_files(data_dir):
+        asks = load_asks(f, intents=intents)
+        out += [Example(a.text, a.intent, a.lang) for a in asks if a.intent is not None]
+    return out
+
+
+def reader_examples(data_dir: Path = DATA_DIR) -> list[Example]:
+    """What the reader's classifier learns: the corpus, lead-in variants of a third of
+    it (:func:`lead_in_variants`) and :func:`load_intent_asks`."""
+    rows = load_corpus(data_dir)
+    return rows + lead_in_variants(rows) + load_intent_asks(data_dir)
+
+
+def reader_model_path(data_dir: Path = DATA_DIR) -> Path:
+    return data_dir / "reader-ngram.npz"
+
+
+def reader_digest(data_dir: Path = DATA_DIR) -> str:
+    """SHA-256 of what the reader's classifier learns and how: the corpus,
+    ``intent-asks.json`` and its sets, :data:`READER_PARAMS`."""
+    h = hashlib.sha256(json.dumps(READER_PARAMS, sort_keys=True).encode())
+    h.update((data_dir / "corpus.jsonl").read_bytes())
+    manifest = data_dir / INTENT_ASKS
+    for f in [manifest, *intent_ask_files(data_dir)] if manifest.exists() else []:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def train_reader_classifier(data_dir: Path = DATA_DIR) -> IntentClassifier:
+    """The reader's classifier trained now on :func:`reader_examples` (~20 s with the
+    shipped ask sets), recording :func:`reader_digest`."""
+    model = IntentClassifier.train(reader_examples(data_dir), **READER_PARAMS)
+    model.meta["reader_sha256"] = reader_digest(data_dir)
+    return model
+
+
+def load_reader_classifier(data_dir: Path = DATA_DIR) -> IntentClassifier:
+    """The shipped reader classifier, or one trained now when the file is missing or
+    stale (its recorded digest is not :func:`reader_digest`'s)."""
+    path = reader_model_path(data_dir)
+    if path.exists():
+        model = IntentClassifier.load(path)
+        if model.meta.get("reader_sha256") == reader_digest(data_dir):
+            return model
+    return train_reader_classifier(data_dir)
 
 
 def load_templates(data_dir: Path = DATA_DIR, **kwargs: Any) -> TemplateTable:

@@ -55,10 +55,12 @@ from rtgate.core.request import Request
 from rtgate.core.text_rules import check_text
 from rtgate.domains.loader import (
     INTENTS,
+    READER_PARAMS,
     judge_path,
     lead_in_variants,
     load_corpus,
     load_judge,
+    load_reader_classifier,
     load_semantic_scope,
     load_templates,
 )
@@ -197,13 +199,19 @@ def check_prefix(prefix: Any) -> str:
 
 
 def build_reader(examples: Sequence[Example] | None = None) -> Reader:
-    """The classifier (trained now, ~1-2 s, on the examples and lead-in variants of a
-    third of them) and the candidate pool of the domain."""
+    """The classifier and the candidate pool of the domain. Without ``examples``: the
+    shipped reader classifier (:func:`~rtgate.domains.loader.load_reader_classifier`: the
+    corpus, its lead-in variants and the simple asks of the learned ask sets) over the
+    corpus's pool; with them, one trained now (~1-2 s) on the examples and lead-in
+    variants of a third of them. The pool (what is suggested) is only ever the examples
+    or the corpus: a learned ask is evidence of its intent, not a suggestion."""
     rows = list(examples) if examples is not None else load_corpus()
     table = load_templates()
     extra = [(c.text, c.intent) for t in table.templates for c in t.candidates]
-    learn = rows + lead_in_variants(rows)
-    classifier = IntentClassifier.train(learn, ngram=(1, 4), c=0.3, prefix_weight=0.3)
+    if examples is None:
+        classifier = load_reader_classifier()
+    else:
+        classifier = IntentClassifier.train(rows + lead_in_variants(rows), **READER_PARAMS)
     return Reader(classifier, CandidatePool(rows, extra))
 
 

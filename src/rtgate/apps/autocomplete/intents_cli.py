@@ -26,7 +26,10 @@ from rtgate.domains.loader import (
     corpus_digest,
     load_corpus,
     model_path,
+    reader_digest,
+    reader_model_path,
     train_classifier,
+    train_reader_classifier,
 )
 from rtgate.tiers.intents import evaluate, holdout_split
 
@@ -99,6 +102,21 @@ def train_cmd(
         model = train_classifier(k, data_dir=data_dir)
         model.save(model_path(k, data_dir))
         typer.echo(f"wrote {model_path(k, data_dir)} (corpus {corpus_digest(data_dir)[:12]})")
+
+
+@app.command("reader")
+def reader_cmd(
+    data_dir: Annotated[Path, typer.Option(help="domain data folder")] = DATA_DIR,
+) -> None:
+    """Train the autocomplete reader's classifier (the corpus, its lead-in variants and
+    the simple asks of the sets intent-asks.json names) and write reader-ngram.npz."""
+    t0 = time.perf_counter()
+    model = train_reader_classifier(data_dir)
+    model.save(reader_model_path(data_dir))
+    typer.echo(
+        f"wrote {reader_model_path(data_dir)} ({model.meta['n_examples']} examples, "
+        f"{time.perf_counter() - t0:.1f} s; learned {reader_digest(data_dir)[:12]})"
+    )
 
 
 @app.command("judge")

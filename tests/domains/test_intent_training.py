@@ -1,0 +1,132 @@
+"""What the autocomplete reader's classifier learns: the corpus, its lead-in variants and
+the simple asks of the ask sets ``intent-asks.json`` names (session 17, #20)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rtgate.apps.autocomplete.engine import build_reader
+from rtgate.apps.autocomplete.pool import CandidatePool
+from rtgate.core.errors import ConfigError
+from rtgate.domains.loader import (
+    INTENT_ASKS,
+    intent_ask_files,
+    load_asks,
+    load_corpus,
+    load_intent_asks,
+    load_reader_classifier,
+    load_templates,
+    reader_digest,
+    reader_examples,
+    reader_model_path,
+)
+from rtgate.tiers.classifier import IntentClassifier
+
+_CORPUS = [
+    ("想把这笔消费分期", "installment", "zh"), ("账单能分几期", "installment", "zh"),
+    ("can I split this purchase into instalments", "installment", "en"),
+    ("pay my statement in monthly instalments", "installment", "en"),
+    ("卡丢了怎么挂失", "card_loss", "zh"), ("信用卡被偷了", "card_loss", "zh"),
+    ("I lost my card", "card_loss", "en"), ("my card was stolen, freeze it", "card_loss", "en"),
+]  # fmt: skip
+
+
+def _domain(tmp_path: Path) -> Path:
+    """A two-intent domain: a corpus and its intents, nothing trained."""
+    d = tmp_path / "mini"
+    d.mkdir()
+    intents = {"intents": {"installment": {}, "card_loss": {}}}
+    (d / "intents.json").write_text(json.dumps(intents), encoding="utf-8")
+    rows = [json.dumps({"text": t, "intent": i, "lang": lang}) for t, i, lang in _CORPUS]
+    (d / "corpus.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return d
+
+
+def _asks(
+    d: Path, rows: list[tuple[str, str, str, str | None]], name: str = "asks-x.jsonl"
+) -> Path:
+    lines = [
+        json.dumps({"text": t, "lang": lang, "kind": k, "intent": i}) for t, lang, k, i in rows
+    ]
+    (d / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (d / INTENT_ASKS).write_text(json.dumps({"asks": [name]}), encoding="utf-8")
+    return d / name
+
+
+def test_the_shipped_sets_are_learned_and_the_checked_ones_are_not() -> None:
+    names = {f.name for f in intent_ask_files()}
+    assert "asks-train2.jsonl" in names and len(names) == 9
+    # the judge's fitting set and every set kept for checking stay out of the reader
+    for kept in ("tune", "val", "val2", "val3", "eval6", "eval9", "eval10"):
+        assert f"asks-{kept}.jsonl" not in names
+    simple = sum(a.kind == "simple" for f in intent_ask_files() for a in load_asks(f))
+    assert len(load_intent_asks()) == simple > 2000
+
+
+def test_the_shipped_reader_model_is_what_the_data_says() -> None:
+    model = IntentClassifier.load(reader_model_path())
+    assert model.meta["reader_sha256"] == reader_digest(), "retrain: rtgate intents reader"
+    assert model.meta["n_examples"] == len(reader_examples())
+    # a long, personal ask of the kind the corpus lacks (written for this test)
+    ask = "my dentist bill came to 2,700 after a root canal and I paid on the card, what"
+    assert "installment" in [k for k, _ in model.rank(ask)[:3]]
+
+
+def test_suggestions_stay_the_corpus_while_the_classifier_learns_the_asks() -> None:
+    reader = build_reader()
+    extra = [(c.text, c.intent) for t in load_templates().templates for c in t.candidates]
+    pool = CandidatePool(load_corpus(), extra)  # what was suggested before the asks
+    assert [e.text for e in reader.pool.all] == [e.text for e in pool.all]
+    assert reader.classifier.meta["n_examples"] == len(reader_examples())
+
+
+def test_a_domain_without_the_file_learns_its_corpus_only(tmp_path: Path) -> None:
+    d = _domain(tmp_path)
+    assert intent_ask_files(d) == [] and load_intent_asks(d) == []
+    assert len(reader_examples(d)) == len(_CORPUS) + len(_CORPUS) // 3 + 1  # and lead-ins
+
+
+def test_simple_asks_are_learned_with_their_intent_and_the_others_not(tmp_path: Path) -> None:
+    d = _domain(tmp_path)
+    _asks(d, [
+        ("my dentist bill was 2,700 and I paid on the card, can I spread it out", "en",
+         "simple", "installment"),
+        ("freeze my card and tell me my balance", "en", "multi", None),
+        ("what is the weather tomorrow", "en", "ood", None),
+    ])  # fmt: skip
+    got = [(e.text[:9], e.intent, e.lang) for e in load_intent_asks(d)]
+    assert got == [("my dentis", "installment", "en")]
+    assert reader_examples(d)[-1].text.startswith("my dentist")
+
+
+def test_a_changed_ask_set_makes_the_shipped_file_stale(tmp_path: Path) -> None:
+    d = _domain(tmp_path)
+    _asks(d, [("想把这笔一万二的家具分十二期", "zh", "simple", "installment")])
+    load_reader_classifier(d).save(reader_model_path(d))  # no file yet: trained now
+    before = reader_digest(d)
+    assert IntentClassifier.load(reader_model_path(d)).meta["reader_sha256"] == before
+    _asks(d, [("想把这笔一万二的家具分六期", "zh", "simple", "installment")])
+    assert reader_digest(d) != before
+    assert load_reader_classifier(d).meta["reader_sha256"] == reader_digest(d)
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [("{not json", "malformed"), ('{"asks": "asks-x.jsonl"}', "list of file names"),
+     ('{"asks": ["asks-missing.jsonl"]}', "no such ask set")],
+)  # fmt: skip
+def test_a_bad_file_is_refused_with_a_clear_error(tmp_path: Path, content: str, error: str) -> None:
+    d = _domain(tmp_path)
+    (d / INTENT_ASKS).write_text(content, encoding="utf-8")
+    with pytest.raises(ConfigError, match=error):
+        intent_ask_files(d)
+
+
+def test_an_ask_with_an_intent_the_domain_lacks_is_refused(tmp_path: Path) -> None:
+    d = _domain(tmp_path)
+    _asks(d, [("cancel my gym", "en", "simple", "gym_membership")])
+    with pytest.raises(ConfigError, match="known intent"):
+        load_intent_asks(d)
