@@ -38,7 +38,8 @@ def _domain(tmp_path: Path) -> Path:
     """A two-intent domain: a corpus and its intents, nothing trained."""
     d = tmp_path / "mini"
     d.mkdir()
-    intents = {"intents": {"installment": {}, "card_loss": {}}}
+    entries: dict[str, dict[str, str]] = {"installment": {}, "card_loss": {}}
+    intents = {"intents": entries}
     (d / "intents.json").write_text(json.dumps(intents), encoding="utf-8")
     rows = [json.dumps({"text": t, "intent": i, "lang": lang}) for t, i, lang in _CORPUS]
     (d / "corpus.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
@@ -80,6 +81,7 @@ def test_suggestions_stay_the_corpus_while_the_classifier_learns_the_asks() -> N
     extra = [(c.text, c.intent) for t in load_templates().templates for c in t.candidates]
     pool = CandidatePool(load_corpus(), extra)  # what was suggested before the asks
     assert [e.text for e in reader.pool.all] == [e.text for e in pool.all]
+    assert isinstance(reader.classifier, IntentClassifier)
     assert reader.classifier.meta["n_examples"] == len(reader_examples())
 
 

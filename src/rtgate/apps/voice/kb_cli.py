@@ -44,7 +44,7 @@ def build_cmd(
 def eval_cmd(
     sets: Annotated[
         list[str] | None,
-        typer.Option("--set", help="tune, val, tune2, eval, eval2 or a calls file (default: all five)"),
+        typer.Option("--set", help="tune, val, tune2, eval, eval2 or a file (default: the five)"),
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
     corrections: Annotated[bool, typer.Option(help="apply the domain's ASR corrections")] = True,
