@@ -267,7 +267,13 @@ def test_a_local_tier_without_a_complex_bar_leaves_long_complex_prefixes_to_the_
 
 
 def test_the_complex_decline_applies_to_the_languages_named_only(reader: Reader) -> None:
-    en = "if my card was charged twice abroad and only one charge was refunded what happens"
+    # one of the corpus's English complex asks: since the reader also learned people's long
+    # simple asks (session 17), an English multi-part ask it has not seen reads as complex
+    # less often (0.14-0.53 on three tried), one more reason English is left to the judge
+    en = (
+        "I'm traveling to Europe next month, can you raise my limit to 10k, waive foreign "
+        "transaction fees and split my last hotel charge into 6 installments"
+    )
     zh = "我下个月要去日本旅游两周，想临时提额到5万，同时把上个月那笔消费分6期"
     default = LocalSuggestTier(reader)  # Chinese only: English is left to the judge
     reading, found = default.read(en)
