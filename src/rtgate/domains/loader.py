@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -82,6 +82,7 @@ __all__ = [
     "scope_path",
     "semantic_scope_examples",
     "semantic_scope_path",
+    "set_file",
     "train_reader_classifier",
     "train_scope",
     "vocabulary",
@@ -136,6 +137,24 @@ def load_corpus(data_dir: Path = DATA_DIR) -> list[Example]:
 def corpus_digest(data_dir: Path = DATA_DIR) -> str:
     """SHA-256 of the corpus file: a trained model records the corpus it learned from."""
     return hashlib.sha256((data_dir / "corpus.jsonl").read_bytes()).hexdigest()
+
+
+def set_file(name: str, sets: Mapping[str, Path]) -> Path | None:
+    """``sets[name]``, or ``name`` itself when it is a path to a file (a blind set kept
+    outside the package); ``None`` when it is neither (the caller says what was wanted)."""
+    if name in sets:
+        return sets[name]
+    path = Path(name).expanduser()
+    return path if path.is_file() else None
+
+
+def _shipped_ngram(path: Path, key: str, digest: str) -> IntentClassifier | None:
+    """The n-gram model at ``path`` when it records ``digest`` under ``meta[key]``;
+    ``None`` when the file is missing or stale (the caller trains one now)."""
+    if not path.exists():
+        return None
+    model = IntentClassifier.load(path)
+    return model if model.meta.get(key) == digest else None
 
 
 INTENT_ASKS = "intent-asks.json"
@@ -207,12 +226,8 @@ def train_reader_classifier(data_dir: Path = DATA_DIR) -> IntentClassifier:
 def load_reader_classifier(data_dir: Path = DATA_DIR) -> IntentClassifier:
     """The shipped reader classifier, or one trained now when the file is missing or
     stale (its recorded digest is not :func:`reader_digest`'s)."""
-    path = reader_model_path(data_dir)
-    if path.exists():
-        model = IntentClassifier.load(path)
-        if model.meta.get("reader_sha256") == reader_digest(data_dir):
-            return model
-    return train_reader_classifier(data_dir)
+    shipped = _shipped_ngram(reader_model_path(data_dir), "reader_sha256", reader_digest(data_dir))
+    return shipped or train_reader_classifier(data_dir)
 
 
 def load_templates(data_dir: Path = DATA_DIR, **kwargs: Any) -> TemplateTable:
@@ -468,12 +483,8 @@ def scope_digest(data_dir: Path = DATA_DIR) -> str:
 def load_scope(data_dir: Path = DATA_DIR) -> IntentClassifier:
     """The classifier of an ask's scope (``simple``, ``multi``, ``ood``): the shipped
     ``scope-ngram.npz``, or one trained now (~2 s) when it is missing or stale."""
-    path, digest = scope_path(data_dir), scope_digest(data_dir)
-    if path.exists():
-        model = IntentClassifier.load(path)
-        if model.meta.get("data_sha256") == digest:
-            return model
-    return train_scope(data_dir)
+    shipped = _shipped_ngram(scope_path(data_dir), "data_sha256", scope_digest(data_dir))
+    return shipped or train_scope(data_dir)
 
 
 def train_scope(data_dir: Path = DATA_DIR, *, leave_out: Sequence[str] = ()) -> IntentClassifier:

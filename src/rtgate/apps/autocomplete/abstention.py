@@ -71,6 +71,7 @@ from rtgate.domains.loader import (
     load_corpus,
     load_scope,
     semantic_scope_examples,
+    set_file,
     train_scope,
     vocabulary,
 )
@@ -753,10 +754,8 @@ def run_sets(
 def ask_set(name: str) -> Path:
     """The file of the ask set ``name`` (one of :data:`ASK_SETS`), or ``name`` itself as a
     path to a JSON Lines file of asks; ``InvalidRequest`` when it is neither."""
-    if name in ASK_SETS:
-        return ASK_SETS[name]
-    path = Path(name).expanduser()
-    if path.is_file():
+    path = set_file(name, ASK_SETS)
+    if path is not None:
         return path
     raise InvalidRequest(f"unknown ask set {name!r}: one of {', '.join(ASK_SETS)}, or a file")
 

@@ -41,6 +41,7 @@ from rtgate.domains.loader import (
     judge_path,
     model_path,
     scope_path,
+    set_file,
     train_classifier,
     train_scope,
     vocabulary,
@@ -216,10 +217,8 @@ def call_set(name: str, data_dir: Path = TELECOM_DIR) -> Path:
     """The file of the call set ``name`` (``tune``, ``eval`` …: ``calls-NAME.jsonl`` of the
     domain), or ``name`` itself as a path to a JSON Lines file of calls (a blind set kept
     outside the package); ``ConfigError`` when it is neither."""
-    if name in CALL_SETS:
-        return data_dir / f"calls-{name}.jsonl"
-    path = Path(name).expanduser()
-    if path.is_file():
+    path = set_file(name, {k: data_dir / f"calls-{k}.jsonl" for k in CALL_SETS})
+    if path is not None:
         return path
     raise ConfigError(f"unknown call set {name!r}: one of {', '.join(CALL_SETS)}, or a file")
 
