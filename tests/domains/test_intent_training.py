@@ -1,5 +1,7 @@
 """What the autocomplete reader's classifier learns: the corpus, its lead-in variants and
-the simple asks of the ask sets ``intent-asks.json`` names (session 17, #20)."""
+the simple asks of the ask sets ``intent-asks.json`` names (session 17, #20); what the scope
+classifiers learn beside their own data: every ask of the sets ``scope-asks.json`` names
+(session 18, #20)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from rtgate.apps.autocomplete.pool import CandidatePool
 from rtgate.core.errors import ConfigError
 from rtgate.domains.loader import (
     INTENT_ASKS,
+    SCOPE_ASKS,
     intent_ask_files,
     load_asks,
     load_corpus,
@@ -22,6 +25,11 @@ from rtgate.domains.loader import (
     reader_digest,
     reader_examples,
     reader_model_path,
+    scope_ask_files,
+    scope_digest,
+    scope_examples,
+    scope_path,
+    semantic_scope_examples,
 )
 from rtgate.tiers.classifier import IntentClassifier
 
@@ -120,11 +128,15 @@ def test_a_changed_ask_set_makes_the_shipped_file_stale(tmp_path: Path) -> None:
     [("{not json", "malformed"), ('{"asks": "asks-x.jsonl"}', "list of file names"),
      ('{"asks": ["asks-missing.jsonl"]}', "no such ask set")],
 )  # fmt: skip
-def test_a_bad_file_is_refused_with_a_clear_error(tmp_path: Path, content: str, error: str) -> None:
+@pytest.mark.parametrize(("manifest", "files"), [(INTENT_ASKS, intent_ask_files),
+                                                 (SCOPE_ASKS, scope_ask_files)])  # fmt: skip
+def test_a_bad_file_is_refused_with_a_clear_error(
+    tmp_path: Path, content: str, error: str, manifest: str, files: object
+) -> None:
     d = _domain(tmp_path)
-    (d / INTENT_ASKS).write_text(content, encoding="utf-8")
+    (d / manifest).write_text(content, encoding="utf-8")
     with pytest.raises(ConfigError, match=error):
-        intent_ask_files(d)
+        files(d)  # type: ignore[operator]
 
 
 def test_an_ask_with_an_intent_the_domain_lacks_is_refused(tmp_path: Path) -> None:
@@ -132,3 +144,41 @@ def test_an_ask_with_an_intent_the_domain_lacks_is_refused(tmp_path: Path) -> No
     _asks(d, [("cancel my gym", "en", "simple", "gym_membership")])
     with pytest.raises(ConfigError, match="known intent"):
         load_intent_asks(d)
+
+
+def test_the_scope_classifiers_learn_played_sets_and_not_the_checked_ones() -> None:
+    names = {f.name for f in scope_ask_files()}
+    assert {"asks-train2.jsonl", "asks-train3.jsonl", "asks-eval9.jsonl"} <= names
+    # the judge's fitting set (read out of sample) and the sets kept for checking stay out
+    for kept in ("tune", "val", "val2", "val3", "eval6"):
+        assert f"asks-{kept}.jsonl" not in names
+    model = IntentClassifier.load(scope_path())
+    assert model.meta["data_sha256"] == scope_digest(), "retrain: rtgate intents judge"
+
+
+def test_every_kind_of_a_scope_set_is_learned_whole_and_a_late_prefix(tmp_path: Path) -> None:
+    d = _domain(tmp_path)
+    assert scope_ask_files(d) == []
+    alone = {e.text for e in scope_examples(d)}
+    rows = [("my dentist bill was 2,700 and I paid on the card, can I spread it out", "en",
+             "simple", "installment"),
+            ("freeze my card and tell me my balance", "en", "multi", None),
+            ("what is the weather tomorrow", "en", "ood", None)]  # fmt: skip
+    _asks(d, rows)
+    (d / SCOPE_ASKS).write_text(json.dumps({"asks": ["asks-x.jsonl"]}), encoding="utf-8")
+    got = {(e.text, e.intent) for e in scope_examples(d)}
+    for text, _, kind, _ in rows:
+        assert (text, kind) in got and text not in alone
+    assert ("freeze my", "multi") not in got  # an early prefix of a multi-part ask is not one
+    semantic, groups = semantic_scope_examples(d)
+    assert {(t, k) for t, _, k, _ in rows} <= {(e.text, e.intent) for e in semantic}
+    assert len(groups) == len(semantic)
+
+
+def test_a_changed_scope_set_changes_the_digest(tmp_path: Path) -> None:
+    d = _domain(tmp_path)
+    _asks(d, [("卡丢了还欠多少钱", "zh", "multi", None)])
+    (d / SCOPE_ASKS).write_text(json.dumps({"asks": ["asks-x.jsonl"]}), encoding="utf-8")
+    before = scope_digest(d)
+    _asks(d, [("卡丢了，顺便查下账单", "zh", "multi", None)])
+    assert scope_digest(d) != before

@@ -49,7 +49,7 @@ __all__ = [
     "INTENTS",
     "INTENT_ASKS",
     "READER_PARAMS",
-    "SCOPE_TRAIN_ASKS",
+    "SCOPE_ASKS",
     "TELECOM_DIR",
     "Ask",
     "AskKind",
@@ -78,6 +78,7 @@ __all__ = [
     "reader_digest",
     "reader_examples",
     "reader_model_path",
+    "scope_ask_files",
     "scope_examples",
     "scope_path",
     "semantic_scope_examples",
@@ -162,12 +163,11 @@ INTENT_ASKS = "intent-asks.json"
 READER_PARAMS: dict[str, Any] = {"ngram": (1, 4), "c": 0.3, "prefix_weight": 0.3}
 
 
-def intent_ask_files(data_dir: Path = DATA_DIR) -> list[Path]:
-    """The ask sets whose simple asks the reader's classifier learns beside the corpus:
-    the files ``intent-asks.json`` names (``{"asks": ["asks-train2.jsonl", …]}``, relative
-    to the domain folder); none when the domain has no such file. ``ConfigError`` when it
-    is malformed or names a missing set."""
-    path = data_dir / INTENT_ASKS
+def _ask_manifest(data_dir: Path, name: str) -> list[Path]:
+    """The ask sets a manifest ``name`` names (``{"asks": ["asks-train2.jsonl", …]}``,
+    relative to the domain folder); none when the domain has no such file.
+    ``ConfigError`` when it is malformed or names a missing set."""
+    path = data_dir / name
     if not path.exists():
         return []
     try:
@@ -181,6 +181,12 @@ def intent_ask_files(data_dir: Path = DATA_DIR) -> list[Path]:
     if missing:
         raise ConfigError(f"{path}: no such ask set: {', '.join(missing)}")
     return files
+
+
+def intent_ask_files(data_dir: Path = DATA_DIR) -> list[Path]:
+    """The ask sets whose simple asks the reader's classifier learns beside the corpus:
+    the files ``intent-asks.json`` names (:func:`_ask_manifest`)."""
+    return _ask_manifest(data_dir, INTENT_ASKS)
 
 
 def load_intent_asks(data_dir: Path = DATA_DIR) -> list[Example]:
@@ -371,27 +377,32 @@ def lead_in_variants(examples: Sequence[Example]) -> list[Example]:
 
 # ask sets written to be learned from by the scope classifier (all kinds), kept apart from
 # every validation and evaluation set (tests/tiers); digested with its data
-SCOPE_TRAIN_ASKS = ("asks-train2.jsonl", "asks-train3.jsonl")
+SCOPE_ASKS = "scope-asks.json"
+
+
+def scope_ask_files(data_dir: Path = DATA_DIR) -> list[Path]:
+    """The ask sets both scope classifiers learn, every kind (their simple asks, long with
+    the customer's situation, are the hard negatives the augmentation lacks): the files
+    ``scope-asks.json`` names (:func:`_ask_manifest`)."""
+    return _ask_manifest(data_dir, SCOPE_ASKS)
 
 
 def scope_examples(data_dir: Path = DATA_DIR, *, leave_out: Sequence[str] = ()) -> list[Example]:
     """What the scope classifier learns from: the corpus's asks as ``simple`` (its
     ``complex`` ones as ``multi``), lead-in variants and two-intent joins made from them
     (:func:`_augmented`), ``scope-train.jsonl``'s multi-part and out-of-domain asks, and
-    every ask of the training asks (:data:`SCOPE_TRAIN_ASKS`: long simple asks with the
-    customer's situation, the hard negatives the augmentation lacks);
+    every ask of :func:`scope_ask_files`;
     each with its prefixes that can only be of its kind (every prefix of a simple ask,
-    the last 40% of a multi-part or out-of-domain one). ``leave_out``: training ask files
-    (of :data:`SCOPE_TRAIN_ASKS`) not learned, for readings of them out of sample."""
+    the last 40% of a multi-part or out-of-domain one). ``leave_out``: names of those
+    files not learned, for readings of them out of sample."""
     corpus = load_corpus(data_dir)
     rows = [(e.text, "multi" if e.intent == "complex" else "simple") for e in corpus]
     rows += _augmented(corpus)
     path = data_dir / "scope-train.jsonl"
     if path.exists():
         rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
-    for name in SCOPE_TRAIN_ASKS:  # every kind: the simple ones are the hard negatives
-        path = data_dir / name
-        if path.exists() and name not in leave_out:
+    for path in scope_ask_files(data_dir):  # every kind: the simple ones are the hard negatives
+        if path.name not in leave_out:
             rows += [(a.text, a.kind) for a in load_asks(path)]
     out: list[Example] = []
     for text, kind in rows:
@@ -415,10 +426,8 @@ def semantic_scope_examples(data_dir: Path = DATA_DIR) -> tuple[list[Example], l
         path = data_dir / name
         if path.exists():
             rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
-    for name in SCOPE_TRAIN_ASKS:
-        path = data_dir / name
-        if path.exists():
-            rows += [(a.text, a.kind) for a in load_asks(path)]
+    for path in scope_ask_files(data_dir):
+        rows += [(a.text, a.kind) for a in load_asks(path)]
     out: list[Example] = []
     groups: list[int] = []
     for g, (text, kind) in enumerate(rows):
@@ -473,10 +482,11 @@ def scope_path(data_dir: Path = DATA_DIR) -> Path:
 
 def scope_digest(data_dir: Path = DATA_DIR) -> str:
     h = hashlib.sha256((data_dir / "corpus.jsonl").read_bytes())
-    for name in ("scope-train.jsonl", *SCOPE_TRAIN_ASKS):
-        path = data_dir / name
-        if path.exists():
-            h.update(path.read_bytes())
+    train = data_dir / "scope-train.jsonl"
+    for path in [train] if train.exists() else []:
+        h.update(path.read_bytes())
+    for path in scope_ask_files(data_dir):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 

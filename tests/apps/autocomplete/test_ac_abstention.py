@@ -328,12 +328,12 @@ def test_a_training_set_is_read_by_a_scope_classifier_that_did_not_learn_it() ->
 
 
 def test_a_scope_classifier_may_leave_a_training_set_out() -> None:
-    from rtgate.domains.loader import DATA_DIR, SCOPE_TRAIN_ASKS, load_asks, scope_examples
+    from rtgate.domains.loader import load_asks, scope_ask_files, scope_examples
 
-    left = SCOPE_TRAIN_ASKS[-1]
-    one = load_asks(DATA_DIR / left)[1].text
+    left = scope_ask_files()[-1]
+    one = load_asks(left)[1].text
     every = {e.text for e in scope_examples()}
-    without = {e.text for e in scope_examples(leave_out=(left,))}
+    without = {e.text for e in scope_examples(leave_out=(left.name,))}
     assert one in every and one not in without and without < every
 
 

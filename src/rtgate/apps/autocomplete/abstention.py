@@ -63,13 +63,13 @@ from rtgate.core.errors import ConfigError, InvalidRequest
 from rtgate.core.request import Request
 from rtgate.domains.loader import (
     DATA_DIR,
-    SCOPE_TRAIN_ASKS,
     Ask,
     familiarity,
     load_asks,
     load_classifier,
     load_corpus,
     load_scope,
+    scope_ask_files,
     semantic_scope_examples,
     set_file,
     train_scope,
@@ -450,7 +450,7 @@ def fit(
     judge-less engine whose local tier is built with ``local``, kept in the judge's meta),
     its thresholds and scope bars, and a report of its out-of-fold calibration and shares.
 
-    A file of :data:`~rtgate.domains.loader.SCOPE_TRAIN_ASKS` was learned by the shipped
+    A file of :func:`~rtgate.domains.loader.scope_ask_files` was learned by the shipped
     scope classifier: its rows are read by one that did not learn it
     (:func:`reread_scope`), so that the judge weighs scope readings as sure as they are
     on asks it has not seen. ``pick_on``: the file names whose asks choose the thresholds
@@ -469,10 +469,11 @@ def fit(
             return await collect(engine, probe, asks, seed=seed)
 
     gathered: dict[str, tuple[list[Ask], list[Row]]] = {}
+    learned = {f.name for f in scope_ask_files()}
     for path in paths:
         asks = load_asks(path)
         rows = asyncio.run(rows_of(asks))
-        if path.name in SCOPE_TRAIN_ASKS:
+        if path.name in learned:
             reread_scope(rows, train_scope(leave_out=(path.name,)))
         gathered[path.name] = (asks, rows)
     judge, report = fit_rows(gathered, pick_on=pick_on, min_fast=min_fast)
