@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,3 +183,19 @@ def test_a_changed_scope_set_changes_the_digest(tmp_path: Path) -> None:
     before = scope_digest(d)
     _asks(d, [("卡丢了，顺便查下账单", "zh", "multi", None)])
     assert scope_digest(d) != before
+
+
+def test_a_call_set_of_another_domain_is_learned_by_its_topics(tmp_path: Path) -> None:
+    d = _domain(tmp_path)  # its intents are its own (intents.json), not the cards domain's
+    calls: list[dict[str, Any]] = [
+             {"text": "卡丢了想补一张", "lang": "zh", "kind": "simple", "topic": "card_loss"},
+             {"text": "卡丢了，还有分期怎么办", "lang": "zh", "kind": "multi",
+              "topic": ["card_loss", "installment"]}]  # fmt: skip
+    (d / "calls-x.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls), "utf-8")
+    (d / SCOPE_ASKS).write_text(json.dumps({"asks": ["calls-x.jsonl"]}), encoding="utf-8")
+    got = {(e.text, e.intent) for e in scope_examples(d)}
+    assert ("卡丢了想补一张", "simple") in got and ("卡丢了，还有分期怎么办", "multi") in got
+    bad = {**calls[0], "topic": "bill_query"}  # a cards intent, unknown to this domain
+    (d / "calls-x.jsonl").write_text(json.dumps(bad) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="known intent"):
+        scope_examples(d)

@@ -401,9 +401,10 @@ def scope_examples(data_dir: Path = DATA_DIR, *, leave_out: Sequence[str] = ()) 
     path = data_dir / "scope-train.jsonl"
     if path.exists():
         rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
+    intents = domain_intents(data_dir)
     for path in scope_ask_files(data_dir):  # every kind: the simple ones are the hard negatives
         if path.name not in leave_out:
-            rows += [(a.text, a.kind) for a in load_asks(path)]
+            rows += [(a.text, a.kind) for a in load_asks(path, intents=intents)]
     out: list[Example] = []
     for text, kind in rows:
         out.append(Example(text, kind, lang_of(text)))
@@ -427,7 +428,7 @@ def semantic_scope_examples(data_dir: Path = DATA_DIR) -> tuple[list[Example], l
         if path.exists():
             rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
     for path in scope_ask_files(data_dir):
-        rows += [(a.text, a.kind) for a in load_asks(path)]
+        rows += [(a.text, a.kind) for a in load_asks(path, intents=domain_intents(data_dir))]
     out: list[Example] = []
     groups: list[int] = []
     for g, (text, kind) in enumerate(rows):
@@ -541,12 +542,14 @@ def json_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
 def load_asks(
     path: Path, *, intents: tuple[str, ...] = INTENTS, kinds: tuple[str, ...] = _ASK_KINDS
 ) -> list[Ask]:
-    """Asks from JSON Lines ``{"text", "lang", "kind", "intent"}``; ``ConfigError`` naming
-    the line for anything malformed (a simple ask needs a known intent)."""
+    """Asks from JSON Lines ``{"text", "lang", "kind", "intent"}`` (a call set's ``topic``
+    reads as its ``intent``); ``ConfigError`` naming the line for anything malformed (a
+    simple ask needs a known intent)."""
     out: list[Ask] = []
     for n, row in json_lines(path, "asks"):
         try:
-            text, lang, kind, intent = row["text"], row["lang"], row["kind"], row.get("intent")
+            text, lang, kind = row["text"], row["lang"], row["kind"]
+            intent = row.get("intent", row.get("topic"))
         except (KeyError, TypeError) as e:
             raise ConfigError(f"{path}:{n}: not an ask: {e}") from e
         if not isinstance(text, str) or not text.strip() or lang not in ("zh", "en"):
