@@ -375,8 +375,8 @@ def lead_in_variants(examples: Sequence[Example]) -> list[Example]:
     return [Example(_lead_in(e, n), e.intent, e.lang) for n, e in enumerate(simple) if n % 3 == 0]
 
 
-# ask sets written to be learned from by the scope classifier (all kinds), kept apart from
-# every validation and evaluation set (tests/tiers); digested with its data
+# the manifest of the ask sets both scope classifiers learn (all kinds); the sets kept for
+# checking stay out of it (tests/tiers); digested with the scope classifier's data
 SCOPE_ASKS = "scope-asks.json"
 
 
@@ -493,7 +493,8 @@ def scope_digest(data_dir: Path = DATA_DIR) -> str:
 
 def load_scope(data_dir: Path = DATA_DIR) -> IntentClassifier:
     """The classifier of an ask's scope (``simple``, ``multi``, ``ood``): the shipped
-    ``scope-ngram.npz``, or one trained now (~2 s) when it is missing or stale."""
+    ``scope-ngram.npz``, or one trained now (~40 s with the cards domain's sets) when it is
+    missing or stale."""
     shipped = _shipped_ngram(scope_path(data_dir), "data_sha256", scope_digest(data_dir))
     return shipped or train_scope(data_dir)
 

@@ -98,13 +98,13 @@ async def test_short_or_empty_prefix_is_silent_and_never_delegated(
 async def test_english_mid_word_is_not_sent_to_the_cloud(
     reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
 ) -> None:
-    ask = "if I only pay the minimum this month and the full bal"
-    # the judge at the thresholds its file was fitted with (0.11), which distrusts the
-    # whole word's answer (session 15's operating point, 0.02, keeps it fast)
+    ask = "I lost my card abroad, can you block it and also raise my limit and split my bi"
+    # the judge at the thresholds its file was fitted with, which distrusts the whole
+    # word's answer (a multi-part ask)
     files = EngineConfig(judge_thresholds=None, semantic_bars=None)
     async with engine_with(reader, cloud=gated, config=files) as engine:
         mid = await engine.complete(ask)
-        end = await engine.complete(ask + "ance ")
+        end = await engine.complete(ask + "ll ")
     assert mid.job_id is None
     assert end.route == "cloud_async" and end.job_id is not None
 
@@ -137,7 +137,8 @@ async def test_the_default_point_is_the_files_and_maxmin_is_an_option(
 async def test_at_a_pause_the_whole_ask_may_reach_the_cloud_even_short(
     reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
 ) -> None:
-    ask = "if I only pay the minimum this month and the full balance"  # ends inside a word
+    # typed without a space after it: inside a word
+    ask = "I lost my card abroad, can you block it and also raise my limit and split my bill"
     async with engine_with(reader, cloud=gated) as engine:
         assert not engine.may_delegate("weather today")  # two words, inside the second
         assert engine.may_delegate("weather today", pause=True)

@@ -122,7 +122,7 @@ async def test_late_cloud_answer_is_dropped_when_the_user_typed_on(
 async def test_a_pause_is_answered_unless_the_cloud_already_has_the_text(
     reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
 ) -> None:
-    ask = "if I only pay the minimum this month and the full balance"
+    ask = "I lost my card abroad, can you block it and also raise my limit and split my bill"
     async with engine_with(reader, cloud=gated) as engine:
         sock = FakeSocket()
         runner = asyncio.create_task(_Session(sock, engine).run())  # type: ignore[arg-type]
