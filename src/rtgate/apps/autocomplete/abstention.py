@@ -101,6 +101,7 @@ __all__ = [
     "fit_generic",
     "fit_neighbours",
     "fit_rows",
+    "fit_scope_bars",
     "fit_single",
     "gather",
     "keys_of",
@@ -791,49 +792,30 @@ def fit_generic(
     return judge, report
 
 
-def fit_neighbours(
-    scope: SemanticScope,
-    asks_path: Path = ASK_SETS["tune"],
-    *,
-    keep: float = 0.985,
-    seed: int = 0,
-    batch: int = 64,
-) -> dict[str, Any]:
-    """Give ``scope`` its nearest-neighbour reading (:class:`Neighbours` over the examples
-    its head learned from), fit the combiner on the prefixes of ``asks_path`` the engine
-    may delegate (typed, and whole at the pause; a complex ask's from 60% of it on), and
-    set its bars: the lowest on :data:`SCOPE_BAR_GRID` with ``keep`` of the simple asks'
-    typed prefixes all below ``bar``, and ``keep`` of their whole asks below ``pause_bar``.
-    Returns the shares on those asks (in sample: the combiner has four weights)."""
-    emb = scope.embedder
-    examples, _ = semantic_scope_examples()
-    seen: dict[str, bool] = {}
-    for e in examples:
-        key = normalize(e.text)
-        seen[key] = seen.get(key, False) or e.intent == "ood"
-    texts = sorted(seen)
-    vectors = np.concatenate([emb.embed_many(texts[k : k + batch])
-                              for k in range(0, len(texts), batch)])  # fmt: skip
-    near = Neighbours(vectors, np.asarray([seen[t] for t in texts]))
+def _scope_rows(asks: Sequence[Ask], seed: int) -> list[tuple[int, str, bool]]:
+    """(ask, prefix, at the pause) for every prefix of ``asks`` the engine may delegate."""
     cfg = EngineConfig(seed=seed)
     lex = lexicon(e.text for e in load_corpus())
-    asks = load_asks(asks_path)
-    rows: list[tuple[int, str, bool]] = []  # ask, prefix, at the pause
+    rows: list[tuple[int, str, bool]] = []
     for n, ask in enumerate(asks):
         typed_, at_pause = delegable(ask, lex, seed, cfg)
         rows += [(n, p, False) for p in typed_]
         if at_pause is not None:
             rows.append((n, at_pause, True))
-    x: list[list[float]] = []
-    for k in range(0, len(rows), batch):
-        part = rows[k : k + batch]
-        vs = emb.embed_many([normalize(p) for _, p, _ in part])
-        x += [near.features(v, scope.head_out_of_scope(v)) for v in vs]
-    fit_on = [i for i, (n, p, _) in enumerate(rows) if _label(asks[n], p) is not None]
-    near.fit([x[i] for i in fit_on], [1 - (_label(asks[rows[i][0]], rows[i][1]) or 0)
-                                      for i in fit_on])  # fmt: skip
-    scope.neighbours = near
-    p_out = [near.probability_of(f) for f in x]
+    return rows
+
+
+def _set_bars(
+    scope: SemanticScope,
+    asks: Sequence[Ask],
+    rows: Sequence[tuple[int, str, bool]],
+    p_out: Sequence[float],
+    keep: float,
+) -> dict[str, float]:
+    """Set ``scope``'s bars from its readings ``p_out`` of ``rows``: the lowest on
+    :data:`SCOPE_BAR_GRID` with ``keep`` of the simple asks' typed prefixes all below
+    ``bar``, and ``keep`` of their whole asks below ``pause_bar``; returns the shares
+    those bars give on ``asks``."""
     typing: dict[int, float] = {}
     whole: dict[int, float] = {}
     for (n, _, pause), p in zip(rows, p_out, strict=True):
@@ -852,11 +834,72 @@ def fit_neighbours(
     scope.bar, scope.pause_bar = lowest(typing), lowest(whole)
     went = {n: typing.get(n, 0.0) >= scope.bar or whole.get(n, 0.0) >= scope.pause_bar
             for n in range(len(asks))}  # fmt: skip
+    return {k: round(v, 4) for k, v in _shares(asks, went).items()}
+
+
+def fit_neighbours(
+    scope: SemanticScope,
+    asks_path: Path = ASK_SETS["tune"],
+    *,
+    keep: float = 0.985,
+    seed: int = 0,
+    batch: int = 64,
+) -> dict[str, Any]:
+    """Give ``scope`` its nearest-neighbour reading (:class:`Neighbours` over the examples
+    its head learned from), fit the combiner on the prefixes of ``asks_path`` the engine
+    may delegate (typed, and whole at the pause; a complex ask's from 60% of it on), and
+    set its bars (:func:`_set_bars`). Returns the shares on those asks (in sample: the
+    combiner has four weights)."""
+    emb = scope.embedder
+    examples, _ = semantic_scope_examples()
+    seen: dict[str, bool] = {}
+    for e in examples:
+        key = normalize(e.text)
+        seen[key] = seen.get(key, False) or e.intent == "ood"
+    texts = sorted(seen)
+    vectors = np.concatenate([emb.embed_many(texts[k : k + batch])
+                              for k in range(0, len(texts), batch)])  # fmt: skip
+    near = Neighbours(vectors, np.asarray([seen[t] for t in texts]))
+    asks = load_asks(asks_path)
+    rows = _scope_rows(asks, seed)
+    x: list[list[float]] = []
+    for k in range(0, len(rows), batch):
+        part = rows[k : k + batch]
+        vs = emb.embed_many([normalize(p) for _, p, _ in part])
+        x += [near.features(v, scope.head_out_of_scope(v)) for v in vs]
+    fit_on = [i for i, (n, p, _) in enumerate(rows) if _label(asks[n], p) is not None]
+    near.fit([x[i] for i in fit_on], [1 - (_label(asks[rows[i][0]], rows[i][1]) or 0)
+                                      for i in fit_on])  # fmt: skip
+    scope.neighbours = near
+    shares = _set_bars(scope, asks, rows, [near.probability_of(f) for f in x], keep)
     report = {"asks": asks_path.name, "n_examples": len(texts), "n_rows": len(rows),
               "bar": scope.bar, "pause_bar": scope.pause_bar,
               "weights": dict(zip(Neighbours.names(), near.coef.round(4).tolist(), strict=True)),
-              "in_sample": {k: round(v, 4) for k, v in _shares(asks, went).items()}}  # fmt: skip
+              "in_sample": shares}  # fmt: skip
     scope.meta["neighbours"] = report
+    return report
+
+
+def fit_scope_bars(
+    scope: SemanticScope,
+    asks_path: Path = ASK_SETS["tune"],
+    *,
+    keep: float = 0.985,
+    seed: int = 0,
+    batch: int = 64,
+) -> dict[str, Any]:
+    """Set ``scope``'s bars on its own readings (no neighbours) of the prefixes of
+    ``asks_path`` the engine may delegate (:func:`_set_bars`); returns the shares."""
+    asks = load_asks(asks_path)
+    rows = _scope_rows(asks, seed)
+    p_out: list[float] = []
+    for k in range(0, len(rows), batch):
+        vs = scope.embedder.embed_many([scope.key(p) for _, p, _ in rows[k : k + batch]])
+        p_out += [scope.out_of_scope_of(v) for v in vs]
+    shares = _set_bars(scope, asks, rows, p_out, keep)
+    report = {"asks": asks_path.name, "n_rows": len(rows), "bar": scope.bar,
+              "pause_bar": scope.pause_bar, "keep": keep, "in_sample": shares}  # fmt: skip
+    scope.meta["bars"] = report
     return report
 
 
@@ -900,7 +943,7 @@ def gather(
             read = [r for r in rows if r.x is not None]
             for k in range(0, len(read), batch):
                 part = read[k : k + batch]
-                vs = scope.embedder.embed_many([normalize(r.prefix) for r in part])
+                vs = scope.embedder.embed_many([scope.key(r.prefix) for r in part])
                 for r, v in zip(part, vs, strict=True):
                     r.semantic = scope.out_of_scope_of(v)
         out[path.name] = (asks, rows)
