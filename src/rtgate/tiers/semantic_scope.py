@@ -44,6 +44,7 @@ def as_typed(text: str) -> str:
     """``text`` as a tuned encoder reads it: NFKC, spaces collapsed, nothing else."""
     return " ".join(unicodedata.normalize("NFKC", text).split())
 
+
 _FORMAT = "rtgate.scope-e5/1"
 _EPS = 1e-4
 
