@@ -86,7 +86,6 @@ from rtgate.tiers.answerability import (
 )
 from rtgate.tiers.classifier import IntentClassifier, IntentRanker
 from rtgate.tiers.semantic_scope import Neighbours, SemanticScope
-from rtgate.tiers.textnorm import normalize
 
 __all__ = [
     "ASK_SETS",
@@ -854,7 +853,7 @@ def fit_neighbours(
     examples, _ = semantic_scope_examples()
     seen: dict[str, bool] = {}
     for e in examples:
-        key = normalize(e.text)
+        key = scope.key(e.text)
         seen[key] = seen.get(key, False) or e.intent == "ood"
     texts = sorted(seen)
     vectors = np.concatenate([emb.embed_many(texts[k : k + batch])
@@ -865,7 +864,7 @@ def fit_neighbours(
     x: list[list[float]] = []
     for k in range(0, len(rows), batch):
         part = rows[k : k + batch]
-        vs = emb.embed_many([normalize(p) for _, p, _ in part])
+        vs = emb.embed_many([scope.key(p) for _, p, _ in part])
         x += [near.features(v, scope.head_out_of_scope(v)) for v in vs]
     fit_on = [i for i, (n, p, _) in enumerate(rows) if _label(asks[n], p) is not None]
     near.fit([x[i] for i in fit_on], [1 - (_label(asks[rows[i][0]], rows[i][1]) or 0)
