@@ -269,6 +269,32 @@ async def test_the_watch_says_whether_a_vetoed_prefix_came_at_a_pause() -> None:
     assert told == [("weather in ", False), ("weather in paris", True)]
 
 
+async def test_a_scope_that_never_vetoes_while_typing_reads_only_the_pause() -> None:
+    scope = FakeScope()
+    scope.bar = 1.01  # over 1: no typed prefix could be vetoed
+    told: list[tuple[str, bool]] = []
+
+    async def tell(session: str, prefix: str, p: float, pause: bool) -> None:
+        told.append((prefix, pause))
+
+    watch = SemanticWatch(scope, tell)  # type: ignore[arg-type]
+    assert not watch.reads_typed
+    watch.start()
+    try:
+        assert watch.submit("s", "weather in ", pause=False)  # taken, never read
+        await watch.settle()
+        assert scope.calls == [] and watch.cached("weather in ") is None
+        watch.submit("s", "weather in paris", pause=True)
+        await watch.settle()
+    finally:
+        await watch.aclose()
+    assert scope.calls == ["weather in paris"]
+    assert told == [("weather in paris", True)]
+    # a custom relay (a judge that weighs every reading) still gets the typed prefixes
+    relayed = SemanticWatch(scope, tell, relays=lambda p, pause: True)  # type: ignore[arg-type]
+    assert relayed.reads_typed
+
+
 async def test_a_judge_that_weighs_the_reading_gets_every_one_and_is_not_overruled() -> None:
     class Weighing:
         threshold = 0.4

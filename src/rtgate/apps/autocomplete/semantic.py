@@ -13,7 +13,9 @@ every reading back (``relays``), and the judge decides with it.
 Bounds: one worker; at most ``max_sessions`` sessions waiting, each with only its newest
 prefix (a newer prefix of a session replaces the one waiting; one already being
 embedded is finished and cached, and its result is dropped if the session moved on).
-A prefix submitted at a pause (the whole ask) is held to the scope's ``pause_bar``.
+A prefix submitted at a pause (the whole ask) is held to the scope's ``pause_bar``; a
+scope whose typing bar is over 1 (it never vetoes a prefix still being typed) is given
+only those.
 When full, a new session's prefix is dropped and counted (``dropped``): it was answered
 by the fast tiers all the same. Results are cached per text (LRU of ``cache_size``), and
 the engine also consults the cache inline, so a prefix seen before is judged at once.
@@ -106,6 +108,7 @@ class SemanticWatch:
     ) -> None:
         self.scope = scope
         self.relays = relays or (lambda p, pause: self.scope.vetoes(p, pause=pause))
+        self._relays_all = relays is not None
         self.on_out_of_scope = on_out_of_scope
         self.max_sessions = max_sessions
         self.cache_size = cache_size
@@ -122,6 +125,12 @@ class SemanticWatch:
         self.vetoed = 0
         self.busy_s = 0.0  # wall time of the worker's embeddings
         self.cpu_s = 0.0  # CPU time of the threads that ran them (a one-thread engine: all)
+
+    @property
+    def reads_typed(self) -> bool:
+        """Whether a prefix still being typed is read: not when the scope's typing bar is
+        over 1 (it never vetoes one) and only vetoes are relayed (session 21)."""
+        return self._relays_all or self.scope.bar <= 1.0
 
     def start(self) -> None:
         if self._worker is None:
@@ -152,6 +161,8 @@ class SemanticWatch:
         """Queue ``prefix`` (non-blocking; ``pause``: the whole ask, when typing stopped);
         False when dropped because the watch is full."""
         self.seen(session, prefix)
+        if not (pause or self.reads_typed):
+            return True  # nothing it could say would be relayed: not read at all
         if session in self._waiting:
             self._waiting[session] = (prefix, pause)  # the newest prefix of a session wins
         elif len(self._waiting) >= self.max_sessions:

@@ -1,0 +1,234 @@
+"""Replay delegation policies offline: the shipped judge and a semantic scope model's
+readings of every delegable prefix of some ask sets, combined by the engine's rule
+(docs/architecture.md, Session 21).
+
+    .venv/bin/python scripts/scope_policy_replay.py rows --asks A.jsonl … --out rows.json
+    .venv/bin/python scripts/scope_policy_replay.py read --rows rows.json --scope DIR --out r.json
+    .venv/bin/python scripts/scope_policy_replay.py grid --rows rows.json --read r.json \
+        --pick eval11 --pick eval12
+
+``rows`` runs a judge-less engine over the asks (``abstention.gather`` without the
+semantic check); ``read`` adds one scope model's reading of each answered prefix (DIR: a
+domain directory holding ``scope-e5.npz``, and its adapter for a tuned one); ``grid``
+replays, for each typing bar and pause bar of the scope (and each judge point), the share
+of complex asks delegated and of simple asks kept fast, per set, with the engine's rule:
+
+- a prefix is delegated when nothing fast answered and a cloud job started, or the
+  judge's ``p_right`` is under its threshold (typed / at the pause), or the n-gram scope
+  reading reaches the judge's bar, or the semantic reading reaches the scope's bar (typed
+  / pause) while the judge is not surer (``SemanticVeto``: at the pause the judge must
+  also reach the overrule, 0.99);
+- an ask is delegated when any of its prefixes is.
+
+The bars are picked on the ``--pick`` sets (the highest lower share of the two, among
+points that delegate at least ``--min-complex`` of their complex asks) and reported on
+every set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+N_JUDGE = 19  # a format-1 judge's inputs: the probe's first 19
+
+
+def cmd_rows(args: argparse.Namespace) -> None:
+    from rtgate.apps.autocomplete.abstention import gather
+
+    out: dict[str, Any] = {}
+    for name, (asks, rows) in gather(args.asks, semantic=False).items():
+        out[name] = {
+            "asks": [{"text": a.text, "kind": a.kind, "lang": a.lang} for a in asks],
+            "rows": [asdict(r) for r in rows],
+        }
+        print(f"{name}: {len(asks)} asks, {len(rows)} rows", flush=True)
+    args.out.write_text(json.dumps(out, ensure_ascii=False), encoding="utf-8")
+
+
+def cmd_read(args: argparse.Namespace) -> None:
+    from rtgate.domains.loader import load_semantic_scope
+    from rtgate.models.embeddings import Embedder
+
+    scope = load_semantic_scope(args.scope, embedder=Embedder(cache_size=0))
+    assert scope is not None, f"{args.scope}: no scope-e5.npz"
+    data = json.loads(args.rows.read_text(encoding="utf-8"))
+    out: dict[str, Any] = {"bars": [scope.bar, scope.pause_bar], "meta": scope.meta, "sets": {}}
+    for name, d in data.items():
+        texts = [r["prefix"] for r in d["rows"] if r["x"] is not None]
+        uniq = sorted(set(texts))
+        read: dict[str, float] = {}
+        for k in range(0, len(uniq), 64):
+            part = uniq[k : k + 64]
+            vs = scope.embedder.embed_many([scope.key(t) for t in part])
+            read.update((t, float(scope.out_of_scope_of(v))) for t, v in zip(part, vs, strict=True))
+        out["sets"][name] = read
+        print(f"{name}: {len(uniq)} prefixes read", flush=True)
+    args.out.write_text(json.dumps(out, ensure_ascii=False, default=str), encoding="utf-8")
+
+
+def _logistic(coef: list[float], b: float, x: list[float]) -> float:
+    z = b + sum(w * v for w, v in zip(coef, x[:N_JUDGE], strict=True))
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+
+
+class SetView:
+    """Per set, per row: what the judge and the scope said, as arrays."""
+
+    def __init__(self, d: dict[str, Any], read: dict[str, float], judge: dict[str, Any]) -> None:
+        asks, rows = d["asks"], list(d["rows"])
+        # the engine sends the whole ask once more at the pause even when it was typed as a
+        # delegable prefix (its last row): that row read at the pause too
+        paused = {r["ask"] for r in rows if r["pause"]}
+        last = {r["ask"]: r for r in rows}
+        rows += [{**r, "pause": True} for a, r in last.items() if a not in paused]
+        self.simple = np.asarray([a["kind"] == "simple" for a in asks])
+        self.lang = np.asarray([a["lang"] for a in asks])
+        self.n = len(asks)
+        self.ask = np.asarray([r["ask"] for r in rows])
+        self.pause = np.asarray([bool(r["pause"]) for r in rows])
+        self.anyway = np.asarray([bool(r["delegated_anyway"]) for r in rows])
+        answered = [r["x"] is not None for r in rows]
+        self.answered = np.asarray(answered)
+        coef, b = judge["coef"], judge["intercept"]
+        self.p = np.asarray([_logistic(coef, b, r["x"]) if r["x"] else 1.0 for r in rows])
+        self.multi = np.asarray([r["x"][3] if r["x"] else 0.0 for r in rows])
+        self.ood = np.asarray([r["x"][4] if r["x"] else 0.0 for r in rows])
+        self.sem = np.asarray([read.get(r["prefix"], 0.0) if r["x"] else 0.0 for r in rows])
+
+    def went(self, t: tuple[float, float], bars: tuple[float, float], judge_bars: dict[str, float],
+             overrule: float = 0.99, judge_on: bool = True) -> np.ndarray[Any, Any]:
+        thr = np.where(self.pause, t[1], t[0])
+        low = (self.p < thr) if judge_on else np.zeros_like(self.pause)
+        veto = (self.multi >= judge_bars.get("multi", math.inf)) | (
+            self.ood >= judge_bars.get("ood", math.inf))
+        bar = np.where(self.pause, bars[1], bars[0])
+        floor = np.where(self.pause, overrule, 0.0)
+        stands = self.p >= np.maximum(floor, self.sem)
+        sem = (self.sem >= bar) & ~(stands & ~veto & ~low)
+        row = self.anyway | (self.answered & (low | veto | sem))
+        out = np.zeros(self.n, dtype=bool)
+        np.logical_or.at(out, self.ask, row)
+        return out
+
+    def shares(self, went: np.ndarray[Any, Any], lang: str | None = None) -> tuple[float, float]:
+        m = np.ones(self.n, dtype=bool) if lang is None else self.lang == lang
+        s, c = self.simple & m, ~self.simple & m
+        return float(went[c].mean()) if c.any() else math.nan, float((~went[s]).mean()) if s.any() else math.nan
+
+
+def cmd_grid(args: argparse.Namespace) -> None:
+    from rtgate.domains.loader import judge_path
+
+    judge = json.loads(judge_path().read_text(encoding="utf-8"))
+    data = json.loads(args.rows.read_text(encoding="utf-8"))
+    read = json.loads(args.read.read_text(encoding="utf-8"))
+    views = {n: SetView(d, read["sets"][n], judge) for n, d in data.items()}
+    jbars = judge.get("scope_bars", {})
+    shipped_t = (judge["threshold"], judge.get("pause_threshold") or judge["threshold"])
+    points: list[tuple[tuple[float, float], tuple[float, float], bool]] = []
+    grid = [round(x, 3) for x in np.arange(0.05, 1.0, 0.025)] + [0.99, 0.995, 1.01]
+    ts = [0.02, 0.05, 0.1, 0.2, 0.3, 0.4, shipped_t[0], shipped_t[1]]
+    judge_points = [((a, b), True) for a in ts for b in ts] + [((0.0, 0.0), False)]
+    for typing in [1.01, 0.995, 0.98]:
+        for pause in grid:
+            for t, on in judge_points:
+                points.append((t, (typing, pause), on))
+    pick = [n for n in views if any(p in n for p in args.pick)]
+
+    def pooled(names: list[str], t, bars, on) -> tuple[float, float]:
+        cs, ss = [], []
+        for n in names:
+            v = views[n]
+            w = v.went(t, bars, jbars, judge_on=on)
+            cs += list(w[~v.simple])
+            ss += list(~w[v.simple])
+        return float(np.mean(cs)), float(np.mean(ss))
+
+    scored = []
+    for t, bars, on in points:
+        c, s = pooled(pick, t, bars, on)
+        scored.append((min(c, s) if c >= args.min_complex else -1 + c, c, s, t, bars, on))
+    scored.sort(key=lambda z: z[0], reverse=True)
+    print(f"picked on {pick}:")
+    for sc in scored[: args.top]:
+        _, c, s, t, bars, on = sc
+        print(f"  judge {t if on else 'off'} scope bars {bars}: complex {c:.1%} simple fast {s:.1%}")
+    best = scored[0]
+    shown = [("shipped judge, scope at its bars", shipped_t, tuple(read["bars"]), True),
+             ("picked", best[3], best[4], best[5])]
+    shown += [(f"extra {e}", shipped_t, tuple(float(v) for v in e.split("/")), True)
+              for e in args.bars]
+    for e in args.point:  # judge typed/pause thresholds (or "off"), then the two bars
+        j, bars_ = e.split(":")
+        on = j != "off"
+        t = tuple(float(v) for v in j.split("/")) if on else (0.0, 0.0)
+        shown.append((f"point {e}", t, tuple(float(v) for v in bars_.split("/")), on))
+    for label, t, bars, on in shown:
+        print(f"\n{label}: judge {t if on else 'off'}, scope bars {bars}")
+        for n, v in views.items():
+            w = v.went(t, bars, jbars, judge_on=on)
+            c, s = v.shares(w)
+            per = "  ".join(f"{lang} {v.shares(w, lang)[0]:.1%}/{v.shares(w, lang)[1]:.1%}"
+                            for lang in ("zh", "en") if (v.lang == lang).any())
+            print(f"  {n:28s} complex {c:.1%}  simple fast {s:.1%}   ({per})")
+
+
+def cmd_set(args: argparse.Namespace) -> None:
+    """Write an operating point into the shipped files: the judge's typed and pause
+    thresholds (judge.json) and the semantic scope's typing and pause bars (scope-e5.npz),
+    each with where it was picked."""
+    from rtgate.domains.loader import judge_path, load_semantic_scope, semantic_scope_path
+
+    t = [float(v) for v in args.judge.split("/")]
+    bars = [float(v) for v in args.bars.split("/")]
+    point = {"judge_thresholds": t, "scope_bars": bars, "picked": args.why}
+    path = judge_path()
+    judge = json.loads(path.read_text(encoding="utf-8"))
+    judge["threshold"], judge["pause_threshold"] = t
+    judge["meta"]["threshold"], judge["meta"]["pause_threshold"] = t
+    judge["meta"]["operating_point"] = point
+    path.write_text(json.dumps(judge, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    scope = load_semantic_scope()
+    assert scope is not None
+    scope.bar, scope.pause_bar = bars
+    scope.meta["operating_point"] = point
+    scope.save(semantic_scope_path())
+    print(f"wrote {path.name} and {semantic_scope_path().name}: {point}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("rows")
+    r.add_argument("--asks", type=Path, action="append", required=True)
+    r.add_argument("--out", type=Path, required=True)
+    rd = sub.add_parser("read")
+    rd.add_argument("--rows", type=Path, required=True)
+    rd.add_argument("--scope", type=Path, required=True)
+    rd.add_argument("--out", type=Path, required=True)
+    g = sub.add_parser("grid")
+    g.add_argument("--rows", type=Path, required=True)
+    g.add_argument("--read", type=Path, required=True)
+    g.add_argument("--pick", action="append", default=[])
+    g.add_argument("--min-complex", type=float, default=0.9)
+    g.add_argument("--top", type=int, default=12)
+    g.add_argument("--bars", action="append", default=[], help="typing/pause, e.g. 1.01/0.5")
+    g.add_argument("--point", action="append", default=[],
+                   help="judge thresholds and bars, e.g. 0.2/0.3:1.01/0.5 or off:1.01/0.5")
+    st = sub.add_parser("set")
+    st.add_argument("--judge", required=True, help="typed/pause thresholds, e.g. 0.02/0.53")
+    st.add_argument("--bars", required=True, help="typing/pause bars, e.g. 1.01/0.625")
+    st.add_argument("--why", required=True, help="where the point was picked")
+    args = ap.parse_args()
+    {"rows": cmd_rows, "read": cmd_read, "grid": cmd_grid, "set": cmd_set}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
