@@ -102,12 +102,19 @@ class SetView:
         self.ood = np.asarray([r["x"][4] if r["x"] else 0.0 for r in rows])
         self.sem = np.asarray([read.get(r["prefix"], 0.0) if r["x"] else 0.0 for r in rows])
 
-    def went(self, t: tuple[float, float], bars: tuple[float, float], judge_bars: dict[str, float],
-             overrule: float = 0.99, judge_on: bool = True) -> np.ndarray[Any, Any]:
+    def went(
+        self,
+        t: tuple[float, float],
+        bars: tuple[float, float],
+        judge_bars: dict[str, float],
+        overrule: float = 0.99,
+        judge_on: bool = True,
+    ) -> np.ndarray[Any, Any]:
         thr = np.where(self.pause, t[1], t[0])
         low = (self.p < thr) if judge_on else np.zeros_like(self.pause)
         veto = (self.multi >= judge_bars.get("multi", math.inf)) | (
-            self.ood >= judge_bars.get("ood", math.inf))
+            self.ood >= judge_bars.get("ood", math.inf)
+        )
         bar = np.where(self.pause, bars[1], bars[0])
         floor = np.where(self.pause, overrule, 0.0)
         stands = self.p >= np.maximum(floor, self.sem)
@@ -120,7 +127,9 @@ class SetView:
     def shares(self, went: np.ndarray[Any, Any], lang: str | None = None) -> tuple[float, float]:
         m = np.ones(self.n, dtype=bool) if lang is None else self.lang == lang
         s, c = self.simple & m, ~self.simple & m
-        return float(went[c].mean()) if c.any() else math.nan, float((~went[s]).mean()) if s.any() else math.nan
+        return float(went[c].mean()) if c.any() else math.nan, float(
+            (~went[s]).mean()
+        ) if s.any() else math.nan
 
 
 def cmd_grid(args: argparse.Namespace) -> None:
@@ -159,12 +168,17 @@ def cmd_grid(args: argparse.Namespace) -> None:
     print(f"picked on {pick}:")
     for sc in scored[: args.top]:
         _, c, s, t, bars, on = sc
-        print(f"  judge {t if on else 'off'} scope bars {bars}: complex {c:.1%} simple fast {s:.1%}")
+        print(
+            f"  judge {t if on else 'off'} scope bars {bars}: complex {c:.1%} simple fast {s:.1%}"
+        )
     best = scored[0]
-    shown = [("shipped judge, scope at its bars", shipped_t, tuple(read["bars"]), True),
-             ("picked", best[3], best[4], best[5])]
-    shown += [(f"extra {e}", shipped_t, tuple(float(v) for v in e.split("/")), True)
-              for e in args.bars]
+    shown = [
+        ("shipped judge, scope at its bars", shipped_t, tuple(read["bars"]), True),
+        ("picked", best[3], best[4], best[5]),
+    ]
+    shown += [
+        (f"extra {e}", shipped_t, tuple(float(v) for v in e.split("/")), True) for e in args.bars
+    ]
     for e in args.point:  # judge typed/pause thresholds (or "off"), then the two bars
         j, bars_ = e.split(":")
         on = j != "off"
@@ -175,8 +189,11 @@ def cmd_grid(args: argparse.Namespace) -> None:
         for n, v in views.items():
             w = v.went(t, bars, jbars, judge_on=on)
             c, s = v.shares(w)
-            per = "  ".join(f"{lang} {v.shares(w, lang)[0]:.1%}/{v.shares(w, lang)[1]:.1%}"
-                            for lang in ("zh", "en") if (v.lang == lang).any())
+            per = "  ".join(
+                f"{lang} {v.shares(w, lang)[0]:.1%}/{v.shares(w, lang)[1]:.1%}"
+                for lang in ("zh", "en")
+                if (v.lang == lang).any()
+            )
             print(f"  {n:28s} complex {c:.1%}  simple fast {s:.1%}   ({per})")
 
 
@@ -220,8 +237,12 @@ def main() -> None:
     g.add_argument("--min-complex", type=float, default=0.9)
     g.add_argument("--top", type=int, default=12)
     g.add_argument("--bars", action="append", default=[], help="typing/pause, e.g. 1.01/0.5")
-    g.add_argument("--point", action="append", default=[],
-                   help="judge thresholds and bars, e.g. 0.2/0.3:1.01/0.5 or off:1.01/0.5")
+    g.add_argument(
+        "--point",
+        action="append",
+        default=[],
+        help="judge thresholds and bars, e.g. 0.2/0.3:1.01/0.5 or off:1.01/0.5",
+    )
     st = sub.add_parser("set")
     st.add_argument("--judge", required=True, help="typed/pause thresholds, e.g. 0.02/0.53")
     st.add_argument("--bars", required=True, help="typing/pause bars, e.g. 1.01/0.625")
