@@ -148,6 +148,7 @@ def test_a_domain_scope_that_reads_through_an_adapter_loads_it(tmp_path: Path) -
     head = LinearHead(("multi", "ood", "simple"), np.zeros((384, 3)), np.array([0.0, 0, 1]), 1.0)
     domain = tmp_path / "d"
     shutil.copytree(DATA_DIR, domain)
+    (domain / "scope-e5-adapter.npz").unlink(missing_ok=True)  # the shipped one, if any
     scope = SemanticScope(head, Embedder(model=TunedE5()),
                           meta={"encoder": "tuned", "adapter": "scope-e5-adapter.npz"})  # fmt: skip
     scope.save(domain / "scope-e5.npz")
