@@ -53,6 +53,7 @@ def cmd_rows(args: argparse.Namespace) -> None:
 
 
 def cmd_read(args: argparse.Namespace) -> None:
+    from rtgate.apps.autocomplete.abstention import Row, read_semantic
     from rtgate.domains.loader import load_semantic_scope
     from rtgate.models.embeddings import Embedder
 
@@ -61,15 +62,10 @@ def cmd_read(args: argparse.Namespace) -> None:
     data = json.loads(args.rows.read_text(encoding="utf-8"))
     out: dict[str, Any] = {"bars": [scope.bar, scope.pause_bar], "meta": scope.meta, "sets": {}}
     for name, d in data.items():
-        texts = [r["prefix"] for r in d["rows"] if r["x"] is not None]
-        uniq = sorted(set(texts))
-        read: dict[str, float] = {}
-        for k in range(0, len(uniq), 64):
-            part = uniq[k : k + 64]
-            vs = scope.embedder.embed_many([scope.key(t) for t in part])
-            read.update((t, float(scope.out_of_scope_of(v))) for t, v in zip(part, vs, strict=True))
-        out["sets"][name] = read
-        print(f"{name}: {len(uniq)} prefixes read", flush=True)
+        rows = [Row(**r) for r in d["rows"]]
+        read_semantic(scope, rows)
+        out["sets"][name] = {r.prefix: r.semantic for r in rows if r.semantic is not None}
+        print(f"{name}: {len(out['sets'][name])} prefixes read", flush=True)
     args.out.write_text(json.dumps(out, ensure_ascii=False, default=str), encoding="utf-8")
 
 
@@ -82,12 +78,7 @@ class SetView:
     """Per set, per row: what the judge and the scope said, as arrays."""
 
     def __init__(self, d: dict[str, Any], read: dict[str, float], judge: dict[str, Any]) -> None:
-        asks, rows = d["asks"], list(d["rows"])
-        # the engine sends the whole ask once more at the pause even when it was typed as a
-        # delegable prefix (its last row): that row read at the pause too
-        paused = {r["ask"] for r in rows if r["pause"]}
-        last = {r["ask"]: r for r in rows}
-        rows += [{**r, "pause": True} for a, r in last.items() if a not in paused]
+        asks, rows = d["asks"], d["rows"]
         self.simple = np.asarray([a["kind"] == "simple" for a in asks])
         self.lang = np.asarray([a["lang"] for a in asks])
         self.n = len(asks)

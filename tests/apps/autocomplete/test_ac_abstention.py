@@ -57,6 +57,18 @@ async def test_only_prefixes_the_engine_may_delegate_are_kept(
         assert prefixes_of(short, lex, 0, engine) == ["weather today"]
 
 
+def test_every_delegable_whole_ask_gets_a_row_at_the_pause() -> None:
+    from rtgate.apps.autocomplete.abstention import _flagged
+
+    lex = lexicon(["我想查一下我的账单明细", "how do i pay my bill"])
+    cfg = EngineConfig()
+    zh = _flagged(SIMPLE, lex, 0, cfg)  # typed whole as a delegable prefix, then paused
+    assert zh[-2:] == [(SIMPLE.text, False), (SIMPLE.text, True)]
+    assert [pause for _, pause in zh].count(True) == 1
+    short = _flagged(Ask("weather today", "en", "ood"), lex, 0, cfg)
+    assert short == [("weather today", True)]  # delegable only at the pause
+
+
 def test_the_threshold_keeps_simple_asks_fast_first() -> None:
     asks = [SIMPLE, MULTI]
     rows = [
