@@ -11,7 +11,7 @@ voice app's turn files).
     python scripts/asks_near_duplicates.py NEW.jsonl OUT.jsonl --also eval/asks-eval11 \\
         --also eval/asks-eval12
     python scripts/asks_near_duplicates.py NEW.jsonl OUT.jsonl \\
-        --domain src/rtgate/domains/telecom --also eval/calls-eval3 \\
+        --domain src/rtgate/domains/telecom --also eval/calls-eval4 \\
         --also eval/voice-natural8/manifest.json
 
 Prints what was kept and dropped per kind. numpy-free, about a minute for 400 asks.

@@ -3,6 +3,7 @@ the on-topic check, the phrasing check, and the shipped artefacts being current.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,9 +20,12 @@ from rtgate.domains.loader import (
     domain_intents,
     load_classifier,
     load_scope,
+    load_semantic_scope,
     scope_digest,
     scope_examples,
+    semantic_scope_examples,
 )
+from rtgate.tiers.semantic_scope import SemanticScope
 
 TOPICS = (
     "bill_charges",
@@ -200,3 +204,38 @@ def test_the_shipped_scope_model_learned_what_the_code_makes_of_the_data(data_di
     # the data digest does not cover the code that expands the data (lead-ins, joins,
     # prefixes): a model trained before that code changed has as many examples as it did
     assert load_scope(data_dir).meta.get("n_examples") == len(scope_examples(data_dir))
+
+
+def test_the_telecom_reader_learns_the_tuning_calls_not_those_its_point_is_picked_on() -> None:
+    from rtgate.apps.voice.kb_eval import CALL_SETS, PICKED_ON, TUNED_ON, load_calls
+
+    learned = {e.text for e in semantic_scope_examples(TELECOM_DIR)[0]}
+    for name in TUNED_ON:
+        assert all(c.text in learned for c in load_calls(CALL_SETS[name]))
+    for name in PICKED_ON:
+        assert not any(c.text in learned for c in load_calls(CALL_SETS[name]))
+    # the n-gram scope classifier, which the judge reads on the tuning calls, does not
+    ngram = {e.text for e in scope_examples(TELECOM_DIR)}
+    assert not any(c.text in ngram for c in load_calls(CALL_SETS["tune"]))
+
+
+def test_the_shipped_reader_learned_the_shipped_data_and_holds_at_the_picked_bar() -> None:
+    reader = load_semantic_scope(TELECOM_DIR)
+    assert reader is not None and reader.meta["encoder"] == "tuned"
+    assert reader.meta["n_examples"] == len(semantic_scope_examples(TELECOM_DIR)[0])
+    judge = json.loads((TELECOM_DIR / "judge.json").read_text(encoding="utf-8"))["meta"]
+    assert judge["picked_on"] == "calls-eval.jsonl+calls-eval2.jsonl+calls-eval3.jsonl"
+    assert reader.pause_bar == judge["semantic_pause_bar"]
+    assert reader.meta["operating_point"]["picked_on"] == judge["picked_on"]
+
+
+def test_a_turn_the_reader_reads_as_multi_part_or_outside_is_held(kb: KnowledgeBase) -> None:
+    assert kb.semantic is not None
+    text, lang = "What time do your stores open on Saturday?", "en"
+    for pause_bar, kind in ((1.01, "entry"), (0.0, "hold")):
+        reader = SemanticScope(kb.semantic.head, kb.semantic.embedder, bar=1.01,
+                               pause_bar=pause_bar, meta=kb.semantic.meta)  # fmt: skip
+        r = dataclasses.replace(kb, semantic=reader).reply(text, lang)
+        assert r.kind == kind and r.followup == (kind == "hold")
+        assert r.p_out is not None and 0.0 <= r.p_out <= 1.0
+        assert ("reads multi-part or outside" in r.why) == (kind == "hold")

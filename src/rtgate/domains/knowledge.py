@@ -5,9 +5,11 @@ intent classifier that picks one, and the judge that says when not to.
 corrections, :mod:`rtgate.domains.corrections`) and returns a :class:`Reply`:
 
 - ``entry``: the classifier is confident of one intent (``min_confidence``), no clause of
-  the turn is confidently about another intent, and the judge (a
+  the turn is confidently about another intent, the judge (a
   :class:`~rtgate.tiers.answerability.CalibratedJudge` fitted on the domain's tuning calls,
-  ``judge.json``) trusts the fast path: the entry's own reply is the answer, and no
+  ``judge.json``) trusts the fast path, and the domain's semantic reader, when it ships one
+  (``scope-e5.npz`` through its tuned encoder), does not read the turn as multi-part or
+  outside the domain (its pause bar): the entry's own reply is the answer, and no
   follow-up is asked for;
 - ``hold``: anything else (unknown, multi-part, low confidence): a short honest holding
   answer at once, naming the topics it did recognise ("关于话费账单和套餐变更，我帮您查一下"),
@@ -19,7 +21,8 @@ measure of how much a follow-up repeats what was said (:func:`repeat_share`).
 
 A domain folder holds ``intents.json`` (entries, holding answers), ``corpus.jsonl`` (the
 phrasings the classifier learns), ``corrections.json``, and the trained ``intent-ngram.npz``,
-``scope-ngram.npz`` and ``judge.json`` (``rtgate voice kb build``).
+``scope-ngram.npz`` and ``judge.json`` (``rtgate voice kb build``); optionally the semantic
+reader ``scope-e5.npz`` + ``scope-e5-adapter.npz`` (``rtgate intents scope-tune --data-dir``).
 """
 
 from __future__ import annotations
@@ -35,10 +38,18 @@ from typing import Any, Literal
 from rtgate.core.errors import ConfigError
 from rtgate.core.request import Request
 from rtgate.domains.corrections import Corrections, Fix
-from rtgate.domains.loader import TELECOM_DIR, judge_path, load_classifier, load_judge
+from rtgate.domains.loader import (
+    TELECOM_DIR,
+    judge_path,
+    load_classifier,
+    load_judge,
+    load_semantic_scope,
+    semantic_scope_path,
+)
 from rtgate.tiers.answerability import Judge
 from rtgate.tiers.classifier import IntentRanker
 from rtgate.tiers.complexity import clauses
+from rtgate.tiers.semantic_scope import SemanticScope
 from rtgate.tiers.textnorm import lang_of, normalize
 
 __all__ = [
@@ -84,6 +95,7 @@ class Reply:
     p_right: float | None = None  # the judge's
     why: str = ""
     corrections: tuple[str, ...] = ()
+    p_out: float | None = None  # the semantic reader's: multi-part or outside the domain
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +104,7 @@ class Reply:
             "topics": list(self.topics),
             "confidence": round(self.confidence, 4),
             "p_right": None if self.p_right is None else round(self.p_right, 4),
+            "p_out": None if self.p_out is None else round(self.p_out, 4),
             "followup": self.followup,
             "why": self.why,
             "heard": self.heard,
@@ -127,8 +140,11 @@ class KnowledgeBase:
     classifier: IntentRanker
     judge: Judge | None = None
     corrections: Corrections = field(default_factory=lambda: Corrections([]))
+    semantic: SemanticScope | None = None  # the tuned reader; holds at its pause bar
     min_confidence: float = 0.5  # the classifier's top probability to answer from an entry
     clause_confidence: float = 0.6  # a clause this sure of another intent makes it multi-part
+    name_confidence: float | None = None  # a hold names the turn's intent this sure of it
+    # (``None``: clause_confidence)
     max_topics: int = 2  # topics a holding answer names
 
     # -- loading -------------------------------------------------------------------------
@@ -136,15 +152,18 @@ class KnowledgeBase:
     @classmethod
     def load(cls, data_dir: Path, *, judge: bool = True) -> KnowledgeBase:
         """The domain in ``data_dir`` (its classifier retrained in memory when stale; its
-        judge when it has one and ``judge``); ``ConfigError`` when it is malformed."""
+        judge and its semantic reader when it has them and ``judge``); ``ConfigError`` when
+        it is malformed."""
         entries, holding, tuned = read_entries(data_dir / "intents.json")
         clf = load_classifier("ngram", data_dir=data_dir)
         fitted = load_judge(data_dir) if judge and judge_path(data_dir).exists() else None
-        kb = cls(
-            entries, holding, clf, fitted, Corrections.from_file(data_dir / "corrections.json")
-        )
+        reader = None
+        if judge and semantic_scope_path(data_dir).exists():
+            reader = load_semantic_scope(data_dir)
+        kb = cls(entries, holding, clf, fitted,
+                 Corrections.from_file(data_dir / "corrections.json"), semantic=reader)  # fmt: skip
         if fitted is not None:  # the thresholds chosen with the judge, on the tuning calls
-            for name in ("min_confidence", "clause_confidence"):
+            for name in ("min_confidence", "clause_confidence", "name_confidence"):
                 value = fitted.meta.get(name, tuned.get(name))
                 if isinstance(value, int | float):
                     setattr(kb, name, float(value))
@@ -165,6 +184,7 @@ class KnowledgeBase:
         others = [k for k in self.clause_intents(heard) if k != intent]
         verdict = self.judge.judge(Request(input=heard, meta={"lang": lang}), None) if (
             self.judge is not None) else None  # fmt: skip
+        p_out = self.semantic.out_of_scope(heard) if self.semantic and heard.strip() else None
         entry = self.entries.get((intent, lang))
         reasons: list[str] = []
         if entry is None:
@@ -175,27 +195,40 @@ class KnowledgeBase:
             reasons.append(f"clauses also about {', '.join(others)}")
         if verdict is not None and not verdict.answerable:
             reasons.append(f"judge {verdict.why()}")
+        if (
+            p_out is not None
+            and self.semantic is not None
+            and self.semantic.vetoes(p_out, pause=True)
+        ):
+            reasons.append(f"reads multi-part or outside ({p_out:.2f})")
         p_right = None if verdict is None else verdict.p_right
         if entry is not None and not reasons:
             why = f"{intent} p={p:.2f}" + ("" if verdict is None else f"; judge {verdict.why()}")
             return Reply("entry", entry.reply, entry.followup, heard, intent, (intent,), p,
-                         p_right, why, fix.applied)  # fmt: skip
+                         p_right, why, fix.applied, p_out)  # fmt: skip
         # a holding answer names only what it is sure of: the whole turn, or a clause, at
         # clause_confidence, and nothing when the turn reads as outside the domain
         topics: list[str] = []
         outside = self.reads_outside(heard, verdict)
-        sure = [intent] if p >= self.clause_confidence else []
+        named = self.clause_confidence if self.name_confidence is None else self.name_confidence
+        sure = [intent] if p >= named else []
         for k in [] if outside else sure + others:
             if k not in topics and (k, lang) in self.entries:
                 topics.append(k)
         topics = topics[: self.max_topics]
         return Reply("hold", self.holding_text(lang, topics), True, heard, None, tuple(topics),
-                     p, p_right, "; ".join(reasons), fix.applied)  # fmt: skip
+                     p, p_right, "; ".join(reasons), fix.applied, p_out)  # fmt: skip
 
     def reads_outside(self, text: str, verdict: Any = None) -> bool:
         """Whether a held turn reads more as outside the domain than as several asks of
-        it: the judge's scope classifier (simple / multi / ood) puts more on ``ood`` than
-        on ``multi`` (without one: the judge's reasons say out-of-domain)."""
+        it: the semantic reader, when there is one, puts more on ``ood`` than on either
+        ``multi`` or ``simple`` (a turn it reads as one ask of the domain, held for another
+        reason, is named); else the judge's scope classifier (simple / multi / ood) puts
+        more on ``ood`` than on ``multi`` (without one: the judge's reasons say
+        out-of-domain)."""
+        if self.semantic is not None:
+            read = self.semantic.proba(text)
+            return read.get("ood", 0.0) >= max(read.get("multi", 0.0), read.get("simple", 0.0))
         scope: IntentRanker | None = getattr(self.judge, "scope", None)
         if scope is None:
             return verdict is not None and _ood(verdict)

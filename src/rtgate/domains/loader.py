@@ -51,6 +51,7 @@ __all__ = [
     "INTENT_ASKS",
     "READER_PARAMS",
     "SCOPE_ASKS",
+    "SEMANTIC_ASKS",
     "TELECOM_DIR",
     "Ask",
     "AskKind",
@@ -382,6 +383,12 @@ def lead_in_variants(examples: Sequence[Example]) -> list[Example]:
 SCOPE_ASKS = "scope-asks.json"
 
 
+# the manifest of the labelled sets only the semantic scope reader learns (every kind),
+# beside the scope classifiers' own: the telecom domain's tuning calls, which its judge is
+# fitted on through the n-gram scope classifier and so must not learn
+SEMANTIC_ASKS = "scope-e5-asks.json"
+
+
 def scope_ask_files(data_dir: Path = DATA_DIR) -> list[Path]:
     """The ask sets both scope classifiers learn, every kind (their simple asks, long with
     the customer's situation, are the hard negatives the augmentation lacks): the files
@@ -429,7 +436,8 @@ def semantic_scope_examples(
     data_dir: Path = DATA_DIR, *, typed: Mapping[str, Sequence[float]] | None = None
 ) -> tuple[list[Example], list[int]]:
     """What the semantic scope model learns from (:mod:`rtgate.tiers.semantic_scope`):
-    the scope classifier's asks (the training asks among them) and ``scope-e5-extra.jsonl``,
+    the scope classifier's asks (the training asks among them), the sets
+    ``scope-e5-asks.json`` names (:data:`SEMANTIC_ASKS`) and ``scope-e5-extra.jsonl``,
     each whole and one late
     prefix of it (60% of the way for a simple ask, 80% for the others: a prefix only as
     long as the semantic check ever sees), with one group id per ask. ``typed``: per kind
@@ -443,7 +451,7 @@ def semantic_scope_examples(
         path = data_dir / name
         if path.exists():
             rows += [(a.text, a.kind) for a in load_asks(path, kinds=("multi", "ood"))]
-    for path in scope_ask_files(data_dir):
+    for path in scope_ask_files(data_dir) + _ask_manifest(data_dir, SEMANTIC_ASKS):
         rows += [(a.text, a.kind) for a in load_asks(path, intents=domain_intents(data_dir))]
     out: list[Example] = []
     groups: list[int] = []

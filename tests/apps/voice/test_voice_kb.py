@@ -131,7 +131,7 @@ def test_without_a_knowledge_base_the_agent_works_as_before() -> None:
 # -- evaluation ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["eval", "eval2"])
+@pytest.mark.parametrize("name", ["eval", "eval2", "eval3"])
 def test_the_call_sets_load_and_are_disjoint(name: str) -> None:
     tuned = {c.text for name in TUNED_ON for c in load_calls(CALL_SETS[name])}
     held = load_calls(CALL_SETS[name])
@@ -144,7 +144,7 @@ def test_the_call_sets_load_and_are_disjoint(name: str) -> None:
 
 
 def test_a_calls_file_outside_the_package_is_evaluated_by_its_path(tmp_path: Path) -> None:
-    """A blind set kept outside the package (eval/calls-eval3/) is read by its path."""
+    """A blind set kept outside the package (eval/calls-eval4/) is read by its path."""
     path = tmp_path / "blind.jsonl"
     rows = ['{"text": "怎么退订这个包月会员", "lang": "zh", "kind": "simple", '
             '"topic": "cancel_subscription"}',
@@ -290,3 +290,37 @@ async def test_a_long_call_keeps_the_latest_turns_records_only() -> None:
     # the default keeps 64: a call of 70 turns holds turns 7-70
     agent = await _long_call(70)
     assert sorted(agent.turn_text) == list(range(7, 71)) and len(agent.said) == 64
+
+
+@pytest.mark.parametrize("label", ["ood", "other", "none"])
+def test_a_writers_label_for_outside_the_domain_reads_as_no_topic(
+    tmp_path: Path, label: str
+) -> None:
+    path = tmp_path / "calls.jsonl"
+    path.write_text(
+        f'{{"text": "will it rain", "lang": "en", "kind": "ood", "topic": "{label}"}}\n'
+    )
+    (call,) = load_calls(path)
+    assert call.topics == () and call.topic is None
+    simple = f'{{"text": "top up", "lang": "en", "kind": "simple", "topic": "{label}"}}\n'
+    path.write_text(simple)
+    with pytest.raises(ConfigError, match=":1:"):
+        load_calls(path)  # a simple ask still needs one of the domain's topics
+
+
+def test_the_point_picks_the_readers_bar_that_follows_up_what_only_it_catches() -> None:
+    from rtgate.apps.voice.kb_eval import Call, _pick, _Row
+
+    def row(kind: str, topics: tuple[str, ...], p_out: float, right: bool) -> _Row:
+        # every row passes the classifier, the clauses and the judge at any threshold
+        return _Row(Call("x", "en", kind, topics), topics[0] if topics else "refund", 0.95,
+                    [], [], right, p_out)  # fmt: skip
+
+    rows = [row("simple", ("refund",), 0.2, True), row("simple", ("roaming",), 0.3, True),
+            row("multi", ("refund", "roaming"), 0.7, False),
+            row("ood", (), 0.9, False)]  # fmt: skip
+    sure = [0.99] * len(rows)
+    without = _pick(rows, sure)
+    assert without["followed_up"] == 0.0 and without["bar"] == 1.01
+    chosen = _pick(rows, sure, bars=(0.1, 0.25, 0.5, 0.8, 1.01))
+    assert chosen["followed_up"] == 1.0 and chosen["bar"] == 0.5 and chosen["right"] == 2

@@ -6,12 +6,14 @@ knowledge base, fed frames by hand."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import threading
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import numpy as np
+import pytest
 
-from rtgate.apps.voice.agent import AgentStage
+from rtgate.apps.voice.agent import AgentStage, in_thread
 from rtgate.apps.voice.frames import (
     RATE,
     AgentTextFrame,
@@ -27,6 +29,7 @@ from rtgate.apps.voice.frames import (
 from rtgate.apps.voice.pipeline import Pipeline
 from rtgate.apps.voice.turns import TurnRules, TurnStage
 from rtgate.core.request import Request
+from rtgate.domains.knowledge import KnowledgeBase
 from rtgate.gate import Gate, GateEvent
 from tests.apps.voice.voice_helpers import until
 
@@ -154,3 +157,57 @@ async def test_the_first_sound_and_the_prepared_answer_never_wait_on_the_cloud()
         await p.put(EndFrame())
         await p.wait()
     assert [k for k, _ in _said(down)][:2] == ["ack", "answer"]
+
+
+async def test_a_pause_read_in_flight_is_dropped_when_the_caller_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reply to a pause is read off the event loop: the caller's next words are
+    handled while it reads, and what it read then lands nowhere."""
+    reading, release = asyncio.Event(), asyncio.Event()
+
+    async def held(fn: Callable[..., Any], *args: Any) -> Any:
+        reading.set()
+        await release.wait()
+        return fn(*args)
+
+    monkeypatch.setattr(AgentStage, "run_blocking", staticmethod(held))
+    turns = TurnStage(TurnRules())
+    agent = AgentStage(Gate([]), Gate([]), prefetch=Synth().prefetch, speculate=True)
+    down: list[Frame] = []
+    async with Pipeline([turns, agent], sink=down.append) as p:
+        await _speak_then_pause(p, "我这个月的话费，", frames=5)
+        await until(reading.is_set)
+        await p.put(SpeechStartFrame(t=2.2))  # handled while the pause is being read
+        await until(lambda: agent.caller_speaking)
+        release.set()
+        await until(lambda: agent.speculation["superseded"] == 1)
+        assert agent._prepared is None and agent.speculation["prepared"] == 0
+        await p.put(EndFrame())
+        await p.wait()
+    assert not any(k == "answer" for k, _ in _said(down))
+
+
+async def test_the_knowledge_base_is_read_in_a_worker_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(AgentStage, "run_blocking", staticmethod(in_thread))
+    loop_thread = threading.get_ident()
+    agent = AgentStage(Gate([]), Gate([]), speculate=True)
+    assert agent.kb is not None
+    read_in: list[int] = []
+    reply = KnowledgeBase.reply
+
+    def traced(kb: KnowledgeBase, text: str, lang: str | None = None) -> Any:
+        read_in.append(threading.get_ident())
+        return reply(kb, text, lang)
+
+    monkeypatch.setattr(KnowledgeBase, "reply", traced)
+    async with Pipeline([agent], sink=lambda f: None) as p:
+        await p.put(TurnPauseFrame(turn=1, text="我这个月的话费还剩多少", lang="zh", t=1.0))
+        await until(lambda: bool(agent._tasks))
+        await asyncio.gather(*list(agent._tasks))  # the reading's own task: no wall clock
+        assert agent.speculation["prepared"] == 1 and agent._prepared is not None
+        await p.put(EndFrame())
+        await p.wait()
+    assert read_in and all(t != loop_thread for t in read_in)

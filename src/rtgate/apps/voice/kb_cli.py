@@ -22,21 +22,28 @@ kb_app = typer.Typer(no_args_is_help=True, help="The voice agent's knowledge bas
 def build_cmd(
     data_dir: Annotated[Path | None, typer.Option(help="domain folder (default: telecom)")] = None,
 ) -> None:
-    """Train intent-ngram.npz and scope-ngram.npz on the corpus; fit judge.json and the
-    thresholds on calls-tune.jsonl, calls-val.jsonl and calls-tune2.jsonl (out of fold)."""
+    """Train intent-ngram.npz and scope-ngram.npz on the corpus; fit judge.json on
+    calls-tune.jsonl, calls-val.jsonl and calls-tune2.jsonl and pick the thresholds there (out
+    of fold), or, when the domain has a semantic reader (scope-e5.npz), with its pause bar
+    on calls-eval.jsonl and calls-eval2.jsonl."""
     from rtgate.apps.voice.kb_eval import build
     from rtgate.domains.loader import TELECOM_DIR
 
     report = build(data_dir or TELECOM_DIR)
-    oof = report["out_of_fold"]
+    at = report["at_the_point"]
+    bar = report.get("semantic_pause_bar")
     typer.echo(
         f"wrote the classifiers and judge.json: min_confidence {report['min_confidence']}, "
-        f"clause_confidence {report['clause_confidence']}, judge threshold "
-        f"{report['threshold']}; out of fold on {report['n_calls']} tuning calls "
-        f"({report['fitted_on']}): multi/ood "
-        f"followed up {oof['multi_ood_followed_up']:.1%}, simple right from the KB "
-        f"{oof['simple_right_from_kb']:.1%}, wrong entries {oof['simple_wrong_entry']}, "
-        f"ECE {oof['ece']:.3f}"
+        f"clause_confidence {report['clause_confidence']}, name_confidence "
+        f"{report['name_confidence']}, judge threshold "
+        f"{report['threshold']}"
+        + ("" if bar is None else f", semantic pause bar {bar}")
+        + f"; judge fitted on {report['n_calls']} calls ({report['fitted_on']}), out-of-fold "
+        f"ECE {report['out_of_fold']['ece']:.3f}; picked on {report['picked_on']} "
+        f"({at['n_calls']} calls): multi/ood followed up {at['multi_ood_followed_up']:.1%}, "
+        f"simple right from the KB {at['simple_right_from_kb']:.1%}, wrong entries "
+        f"{at['simple_wrong_entry']}, holds naming a topic of the call "
+        f"{at['holds_naming_a_topic_of_the_call']} / another {at['holds_naming_another_topic']}"
     )
 
 
