@@ -162,7 +162,7 @@ class KnowledgeBase:
             reader = load_semantic_scope(data_dir)
         kb = cls(entries, holding, clf, fitted,
                  Corrections.from_file(data_dir / "corrections.json"), semantic=reader)  # fmt: skip
-        if fitted is not None:  # the thresholds chosen with the judge, on the tuning calls
+        if fitted is not None:  # the thresholds chosen with the judge (meta["picked_on"])
             for name in ("min_confidence", "clause_confidence", "name_confidence"):
                 value = fitted.meta.get(name, tuned.get(name))
                 if isinstance(value, int | float):
@@ -206,8 +206,9 @@ class KnowledgeBase:
             why = f"{intent} p={p:.2f}" + ("" if verdict is None else f"; judge {verdict.why()}")
             return Reply("entry", entry.reply, entry.followup, heard, intent, (intent,), p,
                          p_right, why, fix.applied, p_out)  # fmt: skip
-        # a holding answer names only what it is sure of: the whole turn, or a clause, at
-        # clause_confidence, and nothing when the turn reads as outside the domain
+        # a holding answer names only what it is sure of: the whole turn's intent at
+        # name_confidence, a clause's at clause_confidence, and nothing when the turn reads
+        # as outside the domain
         topics: list[str] = []
         outside = self.reads_outside(heard, verdict)
         named = self.clause_confidence if self.name_confidence is None else self.name_confidence
