@@ -243,8 +243,9 @@ def test_a_turn_the_reader_reads_as_multi_part_or_outside_is_held(kb: KnowledgeB
 
 def test_a_hold_names_the_turns_intent_only_at_name_confidence(kb: KnowledgeBase) -> None:
     assert kb.semantic is not None
-    held = SemanticScope(kb.semantic.head, kb.semantic.embedder, bar=1.01, pause_bar=0.0,
-                         meta=kb.semantic.meta)  # fmt: skip  (every turn is held)
+    held = SemanticScope(
+        kb.semantic.head, kb.semantic.embedder, bar=1.01, pause_bar=0.0, meta=kb.semantic.meta
+    )  # fmt: skip  (every turn is held)
     text, lang = "What time do your stores open on Saturday?", "en"
     named = dataclasses.replace(kb, semantic=held, name_confidence=0.0).reply(text, lang)
     unnamed = dataclasses.replace(kb, semantic=held, name_confidence=1.01).reply(text, lang)
