@@ -211,3 +211,33 @@ async def test_the_knowledge_base_is_read_in_a_worker_thread(
         await p.put(EndFrame())
         await p.wait()
     assert read_in and all(t != loop_thread for t in read_in)
+
+
+async def test_an_answer_read_while_the_caller_starts_again_is_not_spoken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The knowledge base's reply to a final transcript is read off the event loop; a
+    caller who starts speaking before it is ready is not talked over: the turn is kept as
+    talked over, and its words join the next turn's ask."""
+    reading, release = asyncio.Event(), asyncio.Event()
+
+    async def held(fn: Callable[..., Any], *args: Any) -> Any:
+        reading.set()
+        await release.wait()
+        return fn(*args)
+
+    monkeypatch.setattr(AgentStage, "run_blocking", staticmethod(held))
+    agent = AgentStage(Gate([]), Gate([]))
+    down: list[Frame] = []
+    async with Pipeline([agent], sink=down.append) as p:
+        await p.put(TranscriptFrame(turn=1, text="我想查一下话费", lang="zh", until=1.0,
+                                    final=True))  # fmt: skip
+        await until(reading.is_set)
+        await p.put(SpeechStartFrame(t=1.3))  # the caller goes on while it reads
+        await until(lambda: agent.caller_speaking)
+        release.set()
+        await until(lambda: 1 in agent.interrupted)
+        assert agent.whole_ask(2, "还有流量", "zh") == "我想查一下话费还有流量"
+        await p.put(EndFrame())
+        await p.wait()
+    assert not any(k == "answer" for k, _ in _said(down)) and 1 not in agent.replies

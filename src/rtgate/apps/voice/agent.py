@@ -377,6 +377,9 @@ class AgentStage(Stage):
             # off the event loop: the semantic reader takes tens of ms (an interruption
             # cancels this frame's processing, and so the answer, while it reads)
             reply = await self.run_blocking(self.kb.reply, asked, frame.lang)
+            if self.caller_speaking:  # they went on while it read: no answer over them
+                self.interrupted.add(frame.turn)  # their words join the next turn's
+                return
             self._start_answer(frame.turn, text, frame.lang, reply)
             return
         answer = self._spawn(self._answer_turn_task(frame.turn, text, frame.lang))
