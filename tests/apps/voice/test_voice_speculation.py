@@ -159,11 +159,9 @@ async def test_the_first_sound_and_the_prepared_answer_never_wait_on_the_cloud()
     assert [k for k, _ in _said(down)][:2] == ["ack", "answer"]
 
 
-async def test_a_pause_read_in_flight_is_dropped_when_the_caller_goes_on(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The reply to a pause is read off the event loop: the caller's next words are
-    handled while it reads, and what it read then lands nowhere."""
+def _read_when_released(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """The agent's blocking reads start (the first event is set) and finish only when the
+    test sets the second: what a slow read in a worker thread looks like, without a clock."""
     reading, release = asyncio.Event(), asyncio.Event()
 
     async def held(fn: Callable[..., Any], *args: Any) -> Any:
@@ -172,6 +170,15 @@ async def test_a_pause_read_in_flight_is_dropped_when_the_caller_goes_on(
         return fn(*args)
 
     monkeypatch.setattr(AgentStage, "run_blocking", staticmethod(held))
+    return reading, release
+
+
+async def test_a_pause_read_in_flight_is_dropped_when_the_caller_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reply to a pause is read off the event loop: the caller's next words are
+    handled while it reads, and what it read then lands nowhere."""
+    reading, release = _read_when_released(monkeypatch)
     turns = TurnStage(TurnRules())
     agent = AgentStage(Gate([]), Gate([]), prefetch=Synth().prefetch, speculate=True)
     down: list[Frame] = []
@@ -219,14 +226,7 @@ async def test_an_answer_read_while_the_caller_starts_again_is_not_spoken(
     """The knowledge base's reply to a final transcript is read off the event loop; a
     caller who starts speaking before it is ready is not talked over: the turn is kept as
     talked over, and its words join the next turn's ask."""
-    reading, release = asyncio.Event(), asyncio.Event()
-
-    async def held(fn: Callable[..., Any], *args: Any) -> Any:
-        reading.set()
-        await release.wait()
-        return fn(*args)
-
-    monkeypatch.setattr(AgentStage, "run_blocking", staticmethod(held))
+    reading, release = _read_when_released(monkeypatch)
     agent = AgentStage(Gate([]), Gate([]))
     down: list[Frame] = []
     async with Pipeline([agent], sink=down.append) as p:
