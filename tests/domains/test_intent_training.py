@@ -15,10 +15,16 @@ from rtgate.apps.autocomplete.engine import build_reader
 from rtgate.apps.autocomplete.pool import CandidatePool
 from rtgate.core.errors import ConfigError
 from rtgate.domains.loader import (
+    CORPUS_ASKS,
     INTENT_ASKS,
     SCOPE_ASKS,
+    TELECOM_DIR,
+    classifier_examples,
+    corpus_ask_files,
+    corpus_digest,
     intent_ask_files,
     load_asks,
+    load_classifier,
     load_corpus,
     load_intent_asks,
     load_reader_classifier,
@@ -68,7 +74,7 @@ def _asks(
 
 def test_the_shipped_sets_are_learned_and_the_checked_ones_are_not() -> None:
     names = {f.name for f in intent_ask_files()}
-    assert "asks-train2.jsonl" in names and len(names) == 9
+    assert "asks-train2.jsonl" in names and len(names) == 14
     # the judge's fitting set and every set kept for checking stay out of the reader
     for kept in ("tune", "val", "val2", "val3", "eval6", "eval9", "eval10"):
         assert f"asks-{kept}.jsonl" not in names
@@ -130,7 +136,8 @@ def test_a_changed_ask_set_makes_the_shipped_file_stale(tmp_path: Path) -> None:
      ('{"asks": ["asks-missing.jsonl"]}', "no such ask set")],
 )  # fmt: skip
 @pytest.mark.parametrize(("manifest", "files"), [(INTENT_ASKS, intent_ask_files),
-                                                 (SCOPE_ASKS, scope_ask_files)])  # fmt: skip
+                                                 (SCOPE_ASKS, scope_ask_files),
+                                                 (CORPUS_ASKS, corpus_ask_files)])  # fmt: skip
 def test_a_bad_file_is_refused_with_a_clear_error(
     tmp_path: Path, content: str, error: str, manifest: str, files: object
 ) -> None:
@@ -199,3 +206,43 @@ def test_a_call_set_of_another_domain_is_learned_by_its_topics(tmp_path: Path) -
     (d / "calls-x.jsonl").write_text(json.dumps(bad) + "\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="known intent"):
         scope_examples(d)
+
+
+def test_the_domain_classifier_learns_the_simple_lines_its_manifest_names(
+    tmp_path: Path,
+) -> None:
+    d = _domain(tmp_path)
+    alone = corpus_digest(d)
+    assert corpus_ask_files(d) == [] and len(classifier_examples(d)) == len(_CORPUS)
+    calls: list[dict[str, Any]] = [
+        {"text": "the wee card went missing at the chippy, can ye block it", "lang": "en",
+         "kind": "simple", "topic": "card_loss"},
+        {"text": "block my card and split the bill", "lang": "en", "kind": "multi",
+         "topic": ["card_loss", "installment"]},
+        {"text": "what time is the match", "lang": "en", "kind": "ood", "topic": None},
+    ]  # fmt: skip
+    (d / "calls-x.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls), "utf-8")
+    (d / CORPUS_ASKS).write_text(json.dumps({"asks": ["calls-x.jsonl"]}), encoding="utf-8")
+    got = classifier_examples(d)
+    assert [(e.text[:12], e.intent) for e in got[len(_CORPUS) :]] == [("the wee card", "card_loss")]
+    assert corpus_digest(d) != alone  # a model trained on the corpus alone is stale now
+    model = load_classifier("ngram", data_dir=d)  # no file: trained now, on both
+    assert model.meta["corpus_sha256"] == corpus_digest(d)
+    calls[0]["text"] = "the wee card went missing at the chip shop, can ye block it"
+    (d / "calls-x.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls), "utf-8")
+    assert corpus_digest(d) != model.meta["corpus_sha256"]
+
+
+def test_the_telecom_classifier_learns_played_calls_not_those_it_is_tuned_or_picked_on() -> None:
+    from rtgate.apps.voice.kb_eval import CALL_SETS, PICKED_ON, TUNED_ON, load_calls
+
+    names = {f.name for f in corpus_ask_files(TELECOM_DIR)}
+    assert {"calls-eval4-en.jsonl", "calls-eval5-zh.jsonl"} <= names
+    corpus = {e.text for e in load_corpus(TELECOM_DIR)}  # (short phrasings some calls share)
+    learned = {e.text for e in classifier_examples(TELECOM_DIR)} - corpus
+    assert learned
+    for name in (*TUNED_ON, *PICKED_ON):  # the judge reads these out of sample
+        assert not any(c.text in learned for c in load_calls(CALL_SETS[name]))
+    shipped = load_classifier("ngram", data_dir=TELECOM_DIR)
+    assert shipped.meta["corpus_sha256"] == corpus_digest(TELECOM_DIR), "rtgate voice kb build"
+    assert corpus_ask_files() == []  # the cards domain's classifier learns its corpus only

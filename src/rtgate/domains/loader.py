@@ -45,6 +45,7 @@ from rtgate.tiers.templates import TemplateTable
 from rtgate.tiers.textnorm import lang_of, prefixes
 
 __all__ = [
+    "CORPUS_ASKS",
     "DATA_DIR",
     "GENERIC_JUDGE",
     "INTENTS",
@@ -56,7 +57,9 @@ __all__ = [
     "Ask",
     "AskKind",
     "build_answers",
+    "classifier_examples",
     "clauses_path",
+    "corpus_ask_files",
     "corpus_digest",
     "domain_intents",
     "familiarity",
@@ -138,9 +141,39 @@ def load_corpus(data_dir: Path = DATA_DIR) -> list[Example]:
     return load_examples(data_dir / "corpus.jsonl", intents=domain_intents(data_dir))
 
 
+# the manifest of the labelled sets whose simple asks the domain's intent classifier
+# (intent-ngram.npz, intent-e5.npz) learns beside its corpus: real callers' words, which a
+# FAQ-like corpus lacks (the telecom domain's played call sets); none in the cards domain,
+# whose intent classifier learns the corpus only
+CORPUS_ASKS = "corpus-asks.json"
+
+
+def corpus_ask_files(data_dir: Path = DATA_DIR) -> list[Path]:
+    """The sets ``corpus-asks.json`` names (:func:`_ask_manifest`); none without it."""
+    return _ask_manifest(data_dir, CORPUS_ASKS)
+
+
+def classifier_examples(data_dir: Path = DATA_DIR) -> list[Example]:
+    """What the domain's intent classifier learns: the corpus and the simple asks of
+    :func:`corpus_ask_files`, each as an example of its intent."""
+    intents = domain_intents(data_dir)
+    rows = load_corpus(data_dir)
+    for f in corpus_ask_files(data_dir):
+        rows += [Example(a.text, a.intent, a.lang) for a in load_asks(f, intents=intents)
+                 if a.intent is not None]  # fmt: skip
+    return rows
+
+
 def corpus_digest(data_dir: Path = DATA_DIR) -> str:
-    """SHA-256 of the corpus file: a trained model records the corpus it learned from."""
-    return hashlib.sha256((data_dir / "corpus.jsonl").read_bytes()).hexdigest()
+    """SHA-256 of what the domain's intent classifier learns: the corpus file, and
+    ``corpus-asks.json`` with its sets when the domain has one. A trained model records it."""
+    h = hashlib.sha256((data_dir / "corpus.jsonl").read_bytes())
+    manifest = data_dir / CORPUS_ASKS
+    if not manifest.exists():
+        return h.hexdigest()  # the corpus alone, as before the manifest existed
+    for f in [manifest, *corpus_ask_files(data_dir)]:
+        h.update(b"\0" + f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
 def set_file(name: str, sets: Mapping[str, Path]) -> Path | None:
@@ -290,8 +323,9 @@ def train_classifier(
     data_dir: Path = DATA_DIR,
     embedder: Embedder | None = None,
 ) -> IntentClassifier | EmbeddingIntentClassifier:
-    """Train on ``examples`` (default: the whole corpus, recording its digest)."""
-    rows = load_corpus(data_dir) if examples is None else examples
+    """Train on ``examples`` (default: :func:`classifier_examples`, the corpus and the
+    sets ``corpus-asks.json`` names, recording their digest)."""
+    rows = classifier_examples(data_dir) if examples is None else examples
     model: IntentClassifier | EmbeddingIntentClassifier
     if kind == "ngram":
         model = IntentClassifier.train(rows)
