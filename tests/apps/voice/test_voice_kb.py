@@ -239,7 +239,7 @@ async def _phrased(line: str) -> tuple[AgentStage, list[Frame]]:
     async with Gate([model], priors={"local": Prior(1.0, 1.0)}) as local:  # warm: in budget
         agent = AgentStage(Gate([]), local, phrase=True)
         async with Pipeline([agent], sink=down.append) as p:
-            await p.put(TranscriptFrame(turn=1, text="What time do your stores open?", lang="en",
+            await p.put(TranscriptFrame(turn=1, text="What are your opening hours?", lang="en",
                                         until=1.0, final=True))  # fmt: skip
             await until(lambda: agent._answer is not None and agent._answer.done())
             await p.put(EndFrame())

@@ -22,10 +22,11 @@ kb_app = typer.Typer(no_args_is_help=True, help="The voice agent's knowledge bas
 def build_cmd(
     data_dir: Annotated[Path | None, typer.Option(help="domain folder (default: telecom)")] = None,
 ) -> None:
-    """Train intent-ngram.npz and scope-ngram.npz on the corpus; fit judge.json on
-    calls-tune.jsonl, calls-val.jsonl and calls-tune2.jsonl and pick the thresholds there (out
-    of fold), or, when the domain has a semantic reader (scope-e5.npz), with its pause bar
-    on calls-eval.jsonl and calls-eval2.jsonl."""
+    """Train intent-ngram.npz (on the corpus and the simple lines of the call sets
+    corpus-asks.json names) and scope-ngram.npz; fit judge.json on calls-tune.jsonl,
+    calls-val.jsonl and calls-tune2.jsonl and pick the thresholds there (out of fold), or,
+    when the domain has a semantic reader (scope-e5.npz), with its pause bar on
+    calls-eval.jsonl, calls-eval2.jsonl and calls-eval3.jsonl."""
     from rtgate.apps.voice.kb_eval import build
     from rtgate.domains.loader import TELECOM_DIR
 
@@ -51,7 +52,11 @@ def build_cmd(
 def eval_cmd(
     sets: Annotated[
         list[str] | None,
-        typer.Option("--set", help="tune, val, tune2, eval, eval2 or a file (default: the five)"),
+        typer.Option(
+            "--set",
+            help="a set of the domain (tune, val, tune2, eval, eval2, eval3, eval4-zh, …) or a "
+            "file (default: all of them)",
+        ),
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
     corrections: Annotated[bool, typer.Option(help="apply the domain's ASR corrections")] = True,

@@ -81,6 +81,11 @@ CALL_SETS = {
     "eval": TELECOM_DIR / "calls-eval.jsonl",
     "eval2": TELECOM_DIR / "calls-eval2.jsonl",
     "eval3": TELECOM_DIR / "calls-eval3.jsonl",
+    # played blind in session 22; learned since session 23 (corpus-asks.json, scope-e5-asks.json)
+    "eval4-zh": TELECOM_DIR / "calls-eval4-zh.jsonl",
+    "eval4-en": TELECOM_DIR / "calls-eval4-en.jsonl",
+    "eval5-zh": TELECOM_DIR / "calls-eval5-zh.jsonl",
+    "eval5-en": TELECOM_DIR / "calls-eval5-en.jsonl",
 }
 TUNED_ON = ("tune", "val", "tune2")  # the sets the judge and thresholds are fitted on
 # with a semantic reader, which learned the TUNED_ON calls (scope-e5-asks.json), the
@@ -354,7 +359,9 @@ def _pick(rows: Sequence[_Row], p_right: Sequence[float],
 
 
 def build(data_dir: Path = TELECOM_DIR, *, seed: int = 0, k: int = 5) -> dict[str, Any]:
-    """Train and write the domain's ``intent-ngram.npz`` and ``scope-ngram.npz``, fit its
+    """Train and write the domain's ``intent-ngram.npz`` (the corpus and the simple lines
+    ``corpus-asks.json`` names: :func:`~rtgate.domains.loader.classifier_examples`) and
+    ``scope-ngram.npz``, fit its
     judge on the :data:`TUNED_ON` calls (``calls-tune``, ``calls-val``, ``calls-tune2``) and
     choose ``min_confidence``, ``clause_confidence`` and the judge's threshold there, out
     of fold: every multi-part and out-of-domain call followed up if any setting does so,
