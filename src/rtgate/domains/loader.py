@@ -156,23 +156,33 @@ def corpus_ask_files(data_dir: Path = DATA_DIR) -> list[Path]:
 def classifier_examples(data_dir: Path = DATA_DIR) -> list[Example]:
     """What the domain's intent classifier learns: the corpus and the simple asks of
     :func:`corpus_ask_files`, each as an example of its intent."""
+    return load_corpus(data_dir) + _simple_examples(data_dir, corpus_ask_files(data_dir))
+
+
+def _simple_examples(data_dir: Path, files: Sequence[Path]) -> list[Example]:
+    """The simple asks of ``files``, each as an example of its intent."""
     intents = domain_intents(data_dir)
-    rows = load_corpus(data_dir)
-    for f in corpus_ask_files(data_dir):
-        rows += [Example(a.text, a.intent, a.lang) for a in load_asks(f, intents=intents)
-                 if a.intent is not None]  # fmt: skip
-    return rows
+    out: list[Example] = []
+    for f in files:
+        asks = load_asks(f, intents=intents)
+        out += [Example(a.text, a.intent, a.lang) for a in asks if a.intent is not None]
+    return out
+
+
+def _hash_manifest(h: Any, data_dir: Path, name: str) -> None:
+    """Feed ``h`` the manifest ``name`` and every set it names (their names and bytes);
+    nothing when the domain has no such manifest."""
+    manifest = data_dir / name
+    for f in [manifest, *_ask_manifest(data_dir, name)] if manifest.exists() else []:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
 
 
 def corpus_digest(data_dir: Path = DATA_DIR) -> str:
     """SHA-256 of what the domain's intent classifier learns: the corpus file, and
-    ``corpus-asks.json`` with its sets when the domain has one. A trained model records it."""
+    ``corpus-asks.json`` with its sets when the domain has one (without it, the corpus's
+    alone, as before the manifest existed). A trained model records it."""
     h = hashlib.sha256((data_dir / "corpus.jsonl").read_bytes())
-    manifest = data_dir / CORPUS_ASKS
-    if not manifest.exists():
-        return h.hexdigest()  # the corpus alone, as before the manifest existed
-    for f in [manifest, *corpus_ask_files(data_dir)]:
-        h.update(b"\0" + f.name.encode() + b"\0" + f.read_bytes())
+    _hash_manifest(h, data_dir, CORPUS_ASKS)
     return h.hexdigest()
 
 
@@ -227,12 +237,7 @@ def intent_ask_files(data_dir: Path = DATA_DIR) -> list[Path]:
 
 def load_intent_asks(data_dir: Path = DATA_DIR) -> list[Example]:
     """The simple asks of :func:`intent_ask_files`, each as an example of its intent."""
-    intents = domain_intents(data_dir)
-    out: list[Example] = []
-    for f in intent_ask_files(data_dir):
-        asks = load_asks(f, intents=intents)
-        out += [Example(a.text, a.intent, a.lang) for a in asks if a.intent is not None]
-    return out
+    return _simple_examples(data_dir, intent_ask_files(data_dir))
 
 
 def reader_examples(data_dir: Path = DATA_DIR) -> list[Example]:
@@ -251,9 +256,7 @@ def reader_digest(data_dir: Path = DATA_DIR) -> str:
     ``intent-asks.json`` and its sets, :data:`READER_PARAMS`."""
     h = hashlib.sha256(json.dumps(READER_PARAMS, sort_keys=True).encode())
     h.update((data_dir / "corpus.jsonl").read_bytes())
-    manifest = data_dir / INTENT_ASKS
-    for f in [manifest, *intent_ask_files(data_dir)] if manifest.exists() else []:
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    _hash_manifest(h, data_dir, INTENT_ASKS)
     return h.hexdigest()
 
 

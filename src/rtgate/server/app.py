@@ -21,7 +21,6 @@ fleet's learned latencies (:mod:`rtgate.server.fleet`).
 from __future__ import annotations
 
 import asyncio
-import gc
 import importlib
 import inspect
 import logging
@@ -42,6 +41,7 @@ from starlette.responses import Response
 from rtgate.assembly.build import Assembly, assemble, warm_up
 from rtgate.config.loader import Config
 from rtgate.core.errors import ClientGone, ConfigError
+from rtgate.core.heap import frozen_heap
 from rtgate.gate import Gate
 from rtgate.resilience.wire import resilience_snapshot
 from rtgate.server import gate_api, openai_api, ws
@@ -287,16 +287,13 @@ def _watched(inner: Any, shed_above_ms: float) -> Any:
 
 
 def _frozen_after(inner: Any) -> Any:
-    """``inner`` lifespan, then ``gc.freeze()`` once everything has started."""
+    """``inner`` lifespan, then the heap frozen (:func:`frozen_heap`) once everything has
+    started."""
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[Any]:
         async with inner(app) as state:
-            gc.collect()
-            gc.freeze()
-            try:
+            with frozen_heap():
                 yield state
-            finally:
-                gc.unfreeze()
 
     return lifespan

@@ -729,7 +729,8 @@ def run_sets(
     defaults; ``point``: the judge's thresholds and the check's bars, ``files`` (the
     default) or ``maxmin``, :data:`~rtgate.apps.autocomplete.engine.MAXMIN_POINT`)."""
     import asyncio
-    import gc
+
+    from rtgate.core.heap import frozen_heap
 
     if point not in ("files", "maxmin"):
         raise ConfigError(f"unknown operating point {point!r}: files or maxmin")
@@ -752,15 +753,10 @@ def run_sets(
             # long-lived objects leave the collector's view, else a full collection scans
             # them on the loop (a 42 ms one measured mid-run) and a request near its budget
             # passes it
-            gc.collect()
-            gc.freeze()
-            asks = load_asks(path)
-            try:
+            with frozen_heap():  # unfrozen after: the next set's engine is another
                 report = await evaluate(
-                    engine, asks, seed=seed, budget_ms=budget_ms, per_ask=per_ask
+                    engine, load_asks(path), seed=seed, budget_ms=budget_ms, per_ask=per_ask
                 )
-            finally:
-                gc.unfreeze()  # the next set's engine is another
             report["judge"] = None if engine.gate.judge is None else engine.gate.judge.threshold
             report["reads"] = [cfg.judge_reads, cfg.semantic_reads, cfg.decline_reads]
             report["point"] = point

@@ -24,7 +24,6 @@ with Gemma 3 270M on this CPU (the cloud stays an emulated latency around it).
 from __future__ import annotations
 
 import asyncio
-import gc
 import random
 import time
 from collections import Counter
@@ -39,6 +38,7 @@ from rtgate.apps.autocomplete.pool import units
 from rtgate.apps.autocomplete.sessions import Session, lexicon, sessions, typed
 from rtgate.apps.autocomplete.tiers import CloudSuggestTier
 from rtgate.core.budget import Budget
+from rtgate.core.heap import frozen_heap
 from rtgate.core.request import Request
 from rtgate.domains.loader import load_corpus
 from rtgate.tiers.emulated import CLOUD_70B, EmulatedLatency
@@ -180,19 +180,17 @@ async def _gate_run(
     cfg: EngineConfig, queries: list[tuple[str, str]], n: int, budget_ms: float, **kw: Any
 ) -> tuple[dict[str, Any], list[float], AutocompleteEngine, dict[str, Any]]:
     engine = AutocompleteEngine.build(cfg)
+    # as `rtgate serve` does after start-up: the engine's ~100k long-lived objects leave
+    # the collector's view, else every full collection scans them (~50 ms, on the loop)
     async with engine:
-        # as `rtgate serve` does after start-up: the engine's ~100k long-lived objects leave
-        # the collector's view, else every full collection scans them (~50 ms, on the loop)
-        gc.collect()
-        gc.freeze()
-        todo = sessions(queries, n, seed=cfg.seed)
-        paused: list[str] = []
-        lat, routes = await replay(engine, todo, budget_ms=budget_ms, pauses=paused, **kw)
-        await engine.settle()
-        jobs = Counter(job.status for j in engine.gate.job_ids() if (job := engine.gate.job(j)))
-        block = _block(lat, routes, budget_ms)
-        snap = engine.snapshot()
-    gc.unfreeze()
+        with frozen_heap():
+            todo = sessions(queries, n, seed=cfg.seed)
+            paused: list[str] = []
+            lat, routes = await replay(engine, todo, budget_ms=budget_ms, pauses=paused, **kw)
+            await engine.settle()
+            jobs = Counter(job.status for j in engine.gate.job_ids() if (job := engine.gate.job(j)))
+            block = _block(lat, routes, budget_ms)
+            snap = engine.snapshot()
     extra = {
         "cloud_jobs": dict(jobs),
         "local_model_calls": snap["local_model_calls"],
