@@ -77,7 +77,7 @@ def dump(
     enrol_w, score_w = int(enrol_s * RATE) // HOP, int(score_s * RATE) // HOP
     fleet = _Fleet(stations, [",".join(s.machine.backgrounds) for s in stations], enrol_w, score_w)
     fitted = [e for e, _ in _enrol_all(fleet, None, False)]
-    feats, _rhythm = _features(WindowFeatures(), stations, enrol_w, enrol_w + score_w)
+    feats, _rhythm, _envs = _features(WindowFeatures(), stations, enrol_w, enrol_w + score_w)
     det = Detector(None, n_streams=n)
     scores = np.zeros((n, score_w), np.float32)
     logits = np.zeros((n, score_w), np.float32)

@@ -18,11 +18,17 @@ and station (:class:`Baselines`, vectorised over stations, a few array operation
 - the logit the rules see: ``d - c + BOOST * g - shift * (1 - g)``: on a window that
   sounds like the station's normal the detector must be surer, on one the station has never
   sounded like it may be a little less sure;
-- a rise: on a station with ``c > 0``, a window whose ``d`` is at least ``T`` and ``JUMP``
-  over the detector's own slow average (``ALPHA_LEVEL``, from the recording's median) is a
-  hit whatever ``c``: a machine that ran quieter than its enrolment and then sounds like a
-  fault again (a rise held over three windows would ignore a burst of one or two: measured
-  in docs/guard.md Session 16 and not kept, it loses an impulsive fault's rise).
+- a **deaf** station: one whose healthy recording had the detector at or over the rule's
+  threshold on more than 1 % of its windows (its logit's 99th percentile over ``T``). The
+  detector is out of its domain there (on the outside machines it calls most healthy
+  windows faults, logit 8-12), and its calibrated logit crosses the line on any drift: a
+  deaf station's detector makes no hit at all. The logit the rules see is then the
+  station's own evidence, ``T + EVIDENCE_SLOPE * e`` with ``e`` its persist statistic over
+  the bar less 1 or its envelope lines over their bar in margins (``lines.py``), kept
+  ``DEAF_GAP`` under ``T``: it ranks the windows (the AUC of the reports) while the hits are
+  those of the station's own clauses. Session 24 (docs/guard.md) measured it and removed
+  the rise over the detector's slow average that calibrated stations had (false stops on
+  babble; the lines catch the faults it caught).
 
 The bound: ``q`` is at most ``LOGIT_BOUND`` (a file beyond it is refused) and the move of
 the logit stays in ``[-(LOGIT_BOUND - T) - SHIFT_MAX, BOOST]``; without a calibration (files
@@ -99,22 +105,24 @@ import numpy.typing as npt
 
 from rtgate.apps.guard.detector import logit_of
 from rtgate.apps.guard.features import N_FEATURES
+from rtgate.apps.guard.lines import LinesProfile
 from rtgate.apps.guard.paths import user_data_path
 from rtgate.apps.guard.station_model import Z_CLIP, StationModel
 from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = [
     "ALPHA",
-    "ALPHA_LEVEL",
     "BOOST",
+    "DEAF_GAP",
+    "EVIDENCE_SLOPE",
     "FORMAT",
     "FORMATS",
+    "FORMAT_LINES",
     "FORMAT_MODEL",
     "FORMAT_SLOW",
     "FORMAT_STEADY",
     "GATE_HIGH",
     "GATE_LOW",
-    "JUMP",
     "LOGIT_BOUND",
     "PERSIST_BAR",
     "PERSIST_FLOOR",
@@ -143,6 +151,7 @@ FORMAT = "rtgate-guard-enrolment/3"  # /2 added the rhythm's range, /3 the detec
 FORMAT_MODEL = "rtgate-guard-enrolment/4"  # /4: /3 and the station's own model
 FORMAT_SLOW = "rtgate-guard-enrolment/5"  # /5: /3 or /4 and the slow range per feature
 FORMAT_STEADY = "rtgate-guard-enrolment/6"  # /6: /5 and the running median's range
+FORMAT_LINES = "rtgate-guard-enrolment/7"  # /7: /6 and the envelope's lines (lines.py)
 FORMATS = (
     "rtgate-guard-enrolment/1",
     "rtgate-guard-enrolment/2",
@@ -150,14 +159,15 @@ FORMATS = (
     FORMAT_MODEL,
     FORMAT_SLOW,
     FORMAT_STEADY,
+    FORMAT_LINES,
 )
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
 SHIFT_MAX = 1.5  # logit: 0.92 -> 0.981, 0.995 -> 0.9989
 BOOST = 1.0  # logit: on a novel window 0.92 -> 0.81
 LOGIT_BOUND = 16.0  # the calibration's q at most (a file beyond it is refused)
-JUMP = 12.0  # logit over the detector's slow average: a rise (calibrated stations only)
-ALPHA_LEVEL = 0.02  # the detector's slow average: about 50 windows (1 s)
+DEAF_GAP = 0.01  # logit: a deaf station's score stays this far under its threshold
+EVIDENCE_SLOPE = 4.0  # logit per unit of a deaf station's own evidence over its bars
 SD_FLOOR = 0.05  # a feature that barely moved while enrolling is not taken as exact
 NOVELTY_FLOOR = 1.0  # in units of sd: a very steady recording does not make all novel
 RHYTHM_FLOOR = 3.5  # the rhythm clause never fires under this, however quiet the recording
@@ -227,6 +237,7 @@ class Enrolment:
     slow_scale: F32 | None = None
     slow_alpha: float = SLOW_ALPHA
     persist_scale: F32 | None = None
+    lines: LinesProfile | None = None
 
     def __post_init__(self) -> None:
         where = f"enrolment of {self.station!r}"
@@ -266,6 +277,15 @@ class Enrolment:
                 raise ConfigError(
                     f"{where}: the median's range needs {N_FEATURES} numbers >= {PERSIST_FLOOR}"
                 )
+        if self.lines is not None and self.persist_scale is None:
+            raise ConfigError(f"{where}: the envelope's lines come with the median's range (/7)")
+
+    @property
+    def deaf_line(self) -> float | None:
+        """The 99th percentile of the general detector's logit on the recording (None: not
+        measured): over the rule's threshold, the detector is out of its domain here."""
+        p99 = self.detector_logit.get("p99") if self.detector_logit else None
+        return float(p99) if p99 is not None else None
 
     @property
     def rhythm_max(self) -> float | None:
@@ -309,6 +329,9 @@ class Enrolment:
             h.update(
                 np.asarray(self.persist_scale, "<f4").tobytes() + f"/{PERSIST_WINDOWS}".encode()
             )
+        if self.lines is not None:  # files of format /6 keep their id
+            h.update(np.asarray(self.lines.reference, "<f4").tobytes())
+            h.update(f"|{self.lines.top!r}".encode())
         return h.hexdigest()[:12]
 
     def summary(self) -> dict[str, Any]:
@@ -325,16 +348,20 @@ class Enrolment:
             out["station_model"] = True
         if self.slow_scale is not None:  # formats /5 and /6 only
             out["slow_range"] = True
-        if self.persist_scale is not None:  # format /6 only
+        if self.persist_scale is not None:  # formats /6 and /7
             out["median_range"] = True
+        if self.lines is not None:  # format /7 only
+            out["envelope_lines"] = True
         return out
 
     def to_json(self) -> str:
         """The file's text: format /3, /4 with a station model, /5 with the slow range, /6
-        with the median's range too."""
+        with the median's range too, /7 with the envelope's lines too."""
         fmt = FORMAT if self.station_model is None else FORMAT_MODEL
         if self.slow_scale is not None:
             fmt = FORMAT_SLOW if self.persist_scale is None else FORMAT_STEADY
+        if self.lines is not None:
+            fmt = FORMAT_LINES
         doc: dict[str, Any] = {
             "format": fmt,
             "station": self.station,
@@ -362,6 +389,8 @@ class Enrolment:
                 "windows": PERSIST_WINDOWS,
                 "scale": [float(x) for x in self.persist_scale],
             }
+        if self.lines is not None:
+            doc["model"]["lines"] = self.lines.record()
         return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
 
     @classmethod
@@ -384,10 +413,14 @@ class Enrolment:
         own = None
         if doc["format"] == FORMAT_MODEL and "station_model" not in model:
             raise ConfigError(f"{where}: a file of format {FORMAT_MODEL} needs a station_model")
-        if doc["format"] in (FORMAT_MODEL, FORMAT_SLOW, FORMAT_STEADY) and "station_model" in model:
+        fmt = doc["format"]
+        if (
+            fmt in (FORMAT_MODEL, FORMAT_SLOW, FORMAT_STEADY, FORMAT_LINES)
+            and "station_model" in model
+        ):
             own = StationModel.from_record(model["station_model"], where)  # older: none
         slow_scale, slow_alpha = None, SLOW_ALPHA
-        if doc["format"] in (FORMAT_SLOW, FORMAT_STEADY):  # older: no slow range, as before
+        if fmt in (FORMAT_SLOW, FORMAT_STEADY, FORMAT_LINES):  # older: no slow range, as before
             slow = model.get("slow")
             if not isinstance(slow, dict):
                 raise ConfigError(f"{where}: a file of format {FORMAT_SLOW} needs a slow range")
@@ -396,16 +429,21 @@ class Enrolment:
             if not isinstance(slow_alpha, int | float):
                 raise ConfigError(f"{where}: the slow average's alpha must be a number")
         persist_scale = None
-        if doc["format"] == FORMAT_STEADY:  # older formats: no median's range, as before
+        if fmt in (FORMAT_STEADY, FORMAT_LINES):  # older formats: no median's range, as before
             persist = model.get("persist")
             if not isinstance(persist, dict):
-                raise ConfigError(f"{where}: a file of format {FORMAT_STEADY} needs a median range")
+                raise ConfigError(f"{where}: a file of format {fmt} needs a median range")
             if persist.get("windows") != PERSIST_WINDOWS:
                 raise ConfigError(
                     f"{where}: a median over {persist.get('windows')!r} windows; this version "
                     f"uses {PERSIST_WINDOWS}: enrol the station again"
                 )
             persist_scale = _vector(persist, "scale", where)
+        lines = None
+        if fmt == FORMAT_LINES:  # older formats: no envelope lines, as before
+            if "lines" not in model:
+                raise ConfigError(f"{where}: a file of format {FORMAT_LINES} needs envelope lines")
+            lines = LinesProfile.from_record(model["lines"], where)
         try:
             return cls(
                 station,
@@ -422,6 +460,7 @@ class Enrolment:
                 slow_scale,
                 float(slow_alpha),
                 persist_scale,
+                lines,
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ConfigError):
@@ -507,6 +546,7 @@ class Baselines:
         thresholds: Sequence[float] | None = None,
         slow: Sequence[float] | None = None,
         persist: Sequence[float] | None = None,
+        lines: Sequence[float] | None = None,
     ) -> None:
         n = len(enrolments)
         self.enrolments = list(enrolments)
@@ -539,11 +579,11 @@ class Baselines:
         self._gate_b = np.zeros(n, np.float32)
         self._shift = np.zeros(n, np.float32)
         self._span = np.zeros(n, np.float32)  # BOOST + shift: delta = span * g - shift
-        # the calibration c, and the rise's threshold in logit (-inf: no rise clause)
+        # the calibration c; a deaf station: its detector over its threshold on more than
+        # 1 % of its healthy windows (the detector is out of its domain there)
         self._t = np.log(thr / np.maximum(1.0 - thr, 1e-12)).astype(np.float32)
         self._cal = np.zeros(n, np.float32)
-        self._rise_t = np.full(n, -np.inf, np.float32)
-        self._level0 = np.zeros(n, np.float32)
+        self.deaf = np.zeros(n, dtype=bool)
         width = GATE_HIGH - GATE_LOW
         for i, e in enumerate(enrolments):
             if e is None:
@@ -556,12 +596,11 @@ class Baselines:
             self._shift[i] = e.shift
             self._span[i] = BOOST + e.shift
             if e.calibration is not None:
-                q, median = e.calibration
+                q, _median = e.calibration
                 self._cal[i] = max(0.0, min(q, LOGIT_BOUND) - float(self._t[i]))
-                self._level0[i] = median
-                if self._cal[i] > 0:
-                    self._rise_t[i] = self._t[i]
-        self.calibrated = bool((self._cal > 0).any())  # some station has c > 0
+            line = e.deaf_line
+            self.deaf[i] = line is not None and line > float(self._t[i])
+        self.any_deaf = bool(self.deaf.any())
         # the stations' own models (format /4): logit = [clip(z), clip(m)] . w + bias
         own = [e.station_model if e is not None else None for e in enrolments]
         self.own_model = any(o is not None for o in own)
@@ -616,14 +655,25 @@ class Baselines:
         self._ms = np.zeros((n, N_FEATURES), np.float32)
         self._ts = np.zeros((n, N_FEATURES), np.float32)
         self._slow_low = np.zeros(n, np.float32)
+        # the envelope's lines (format /7; lines.py): evaluated outside, by a ``Lines``
+        lm = np.zeros(n, np.float32) if lines is None else np.asarray(lines, np.float32)
+        if lm.shape != (n,):
+            raise InvalidRequest(f"{len(lm)} lines margins for {n} stations")
+        self.lines_margin = np.where(
+            [e is not None and e.lines is not None for e in enrolments], lm, 0.0
+        ).astype(np.float32)
+        self.lines_clause = bool((self.lines_margin > 0).any())
+        self.lines_over = np.full(n, -np.inf, np.float32)  # ``Lines.last``, set from outside
         self.novelty_clause = (
-            self.novelty_clause or self.own_model or self.slow_clause or self.persist_clause
+            self.novelty_clause
+            or self.own_model
+            or self.slow_clause
+            or self.persist_clause
+            or self.lines_clause
         )
-        self._level = self._level0.copy()
         self._m = np.zeros((n, N_FEATURES), np.float32)
         self._z = np.zeros((n, N_FEATURES), np.float32)
         self._g = np.zeros(n, np.float32)
-        self._b = np.zeros(n, np.float32)
         self.last_novelty = np.zeros(n, np.float32)  # r of the last window, per station
 
     def rhythmic(self, rhythm: F32, rows: npt.ArrayLike | None = None) -> npt.NDArray[np.bool_]:
@@ -644,7 +694,7 @@ class Baselines:
         self._ring_mid[sel] = 0.0
         self._pos[sel] = 0
         self._calm_run[sel] = PERSIST_HOLD
-        self._level[sel] = self._level0[sel]
+        self.lines_over[sel] = -np.inf
 
     def adjust(
         self,
@@ -701,15 +751,12 @@ class Baselines:
                 self.last_novel[idx] |= (v >= self.persist_threshold[idx]) & calm
         g = np.clip(peak * self._gate_a[idx] - self._gate_b[idx], 0.0, 1.0)
         out = logits - self._cal[idx] + self._span[idx] * g - self._shift[idx]
-        if self.calibrated:
-            level = self._level[idx]
-            rise = np.minimum(logits, logits - level - np.float32(JUMP) + self._rise_t[idx])
-            self._level[idx] = level + np.float32(ALPHA_LEVEL) * (logits - level)
-            out = np.maximum(out, rise)
+        if self.any_deaf:
+            self._own_evidence(out, idx)
         return _sigmoid(scores, out, self.enrolled[idx])
 
     def _adjust_all(self, features: F32, scores: F32, logits: F32) -> F32:
-        z, m, g, b = self._z, self._m, self._g, self._b
+        z, m, g = self._z, self._m, self._g
         np.subtract(features, self._mean, out=z)
         z *= self._inv_sd
         own = _rowdot(np.clip(z, -Z_CLIP, Z_CLIP), self._own_wz) if self.own_model else None
@@ -764,14 +811,35 @@ class Baselines:
         g -= self._shift
         g += logits
         g -= self._cal
-        if self.calibrated:  # the rise over the detector's slow average
-            np.subtract(logits, self._level, out=b)
-            self._level += np.float32(ALPHA_LEVEL) * b
-            b += self._rise_t
-            b -= np.float32(JUMP)
-            np.minimum(b, logits, out=b)
-            np.maximum(g, b, out=g)
+        if self.any_deaf:
+            self._own_evidence(g, self._rows)
         return _sigmoid(scores, g, self.enrolled)
+
+    def _own_evidence(self, out: F32, idx: npt.NDArray[np.int64]) -> None:
+        """On a deaf station, the logit the rules see is its own evidence instead of the
+        detector's: ``EVIDENCE_SLOPE`` per unit over the bars of its persist clause (its
+        statistic over the bar, less 1) and of its envelope lines (over the bar, in units of
+        the margin), kept ``DEAF_GAP`` under the threshold: it ranks the station's windows
+        (the reports' AUC) and never makes a hit; the hits are the clauses' own."""
+        deaf = self.deaf[idx]
+        if not deaf.any():
+            return
+        rows = idx[deaf]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            persist = np.where(
+                np.isfinite(self.persist_threshold[rows]),
+                self.last_persist[rows] / self.persist_threshold[rows] - 1.0,
+                -np.inf,
+            )
+            lines = np.where(
+                self.lines_margin[rows] > 0,
+                self.lines_over[rows] / np.maximum(self.lines_margin[rows], 1e-6),
+                -np.inf,
+            )
+        ev = np.maximum(persist, lines).astype(np.float32)
+        t = self._t[rows]
+        logit = np.clip(t + np.float32(EVIDENCE_SLOPE) * ev, -LOGIT_BOUND, t - DEAF_GAP)
+        out[deaf] = np.where(np.isfinite(logit), logit, -LOGIT_BOUND)
 
 
 def _second_highest(x: F32) -> F32:

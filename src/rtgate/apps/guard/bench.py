@@ -157,6 +157,7 @@ class _Ticks:
     infer_ms: list[float] = field(default_factory=list)
     features_ms: list[float] = field(default_factory=list)
     rhythm_ms: list[float] = field(default_factory=list)
+    lines_ms: list[float] = field(default_factory=list)
     late_ms: list[float] = field(default_factory=list)
     scores: list[np.ndarray] = field(default_factory=list)
 
@@ -183,6 +184,7 @@ def _play(guard: Guard, fleet: _Fleet, ticks: _Ticks, idle: Callable[[], None] |
         ticks.infer_ms.append(guard.infer_s * 1000)
         ticks.features_ms.append(guard.features_s * 1000)
         ticks.rhythm_ms.append(guard.rhythm_s * 1000)
+        ticks.lines_ms.append(guard.lines_s * 1000)
         if ticks.keep_scores:
             ticks.scores.append(guard.last_scores.copy())
         if idle is not None:
@@ -248,6 +250,7 @@ def _compute_report(ticks: _Ticks, streams: int, model: Path | None) -> dict[str
         # the envelope's rhythm (enrolled stations with the rules' rhythm clause; 0 without)
         "rhythm_batch_ms": _pct(ticks.rhythm_ms, 50, 99),
         "rhythm_per_window_us": _pct([1000 * t / streams for t in ticks.rhythm_ms], 50, 99),
+        "lines_batch_ms": _pct(ticks.lines_ms, 50, 99),
         "tick_compute_ms": _pct(ticks.tick_ms, 50, 99),
     }
 

@@ -35,7 +35,6 @@ import numpy.typing as npt
 
 from rtgate.apps.guard.audio import WavStream
 from rtgate.apps.guard.baseline import (
-    JUMP,
     LOGIT_BOUND,
     NOVELTY_FLOOR,
     PERSIST_FLOOR,
@@ -58,6 +57,7 @@ from rtgate.apps.guard.features import (
     Framer,
     WindowFeatures,
 )
+from rtgate.apps.guard.lines import lines_profile
 from rtgate.apps.guard.rhythm import WINDOWS, Rhythm
 from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
 from rtgate.apps.guard.station_model import fit_station_model
@@ -152,6 +152,7 @@ class Recording:
     rhythm: F32 | None = None
     logits: F32 | None = None
     audio: F32 | None = None  # the 16 kHz audio of every window, kept for a station model
+    envelopes: F32 | None = None  # every window's band envelopes (T, bands, N_SUB): lines.py
 
     @property
     def seconds(self) -> float:
@@ -177,6 +178,7 @@ def listen(
     rhythms: list[float] = []
     logits: list[float] = []
     kept: list[F32] = []
+    envs: list[F32] = []
     segments, used, energy = [], [], 0.0
     for src, chunks in sources:
         if len(scores) >= limit:
@@ -194,6 +196,7 @@ def listen(
             energy += float(np.square(x, dtype=np.float64).sum())
             env = np.zeros((len(x), len(CREST_BANDS), N_SUB), np.float32)
             f = wf(x, env)
+            envs.append(env)
             for row, e in zip(f, env, strict=True):
                 scores.append(float(detector.step(row[None])[0]))
                 logits.append(float(detector.last_logit[0]))
@@ -216,6 +219,7 @@ def listen(
         np.asarray(rhythms, np.float32),
         np.asarray(logits, np.float32),
         np.concatenate(kept) if kept else (np.zeros(0, np.float32) if keep_audio else None),
+        np.concatenate(envs) if envs else np.zeros((0, len(CREST_BANDS), N_SUB), np.float32),
     )
 
 
@@ -369,9 +373,10 @@ def _check(station: str, rec: Recording, general: dict[str, Any], accept_stops: 
             f"{general['max_score']}, {share:.0%} of the windows at or over the threshold): "
             "a faulty machine must not be enrolled as normal. If the machine has been "
             "checked and is healthy, --accept-stops enrols it anyway: the detector then "
-            "stops this station only when it is surer than on this recording, when it rises "
-            f"{JUMP:g} in logit over its own recent level, or when the station sounds unlike "
-            "the recording; a fault present now becomes its normal and no longer stops it"
+            "stops this station only when it is surer than on this recording (and not at "
+            "all when it is over the threshold on more than 1% of the recording: then only "
+            "the station's own clauses stop it); a fault present now becomes its normal and "
+            "no longer stops it"
         )
 
 
@@ -403,6 +408,7 @@ def fit(
     station_model: bool = False,
     slow: bool = False,
     persist: bool = True,
+    lines: bool = True,
 ) -> Fitted:
     """Measure ``station``'s normal on ``rec`` (see the module doc for what is refused:
     :class:`InvalidRequest`). ``detector``: the one that made the scores, for the
@@ -411,7 +417,9 @@ def fit(
     (``station_model.py``; the enrolment is then of format /4); ``slow``: measure the
     station's slow range (``slow_range``; format /5; a station with no segment of over
     ``3 / SLOW_ALPHA`` windows gets none); ``persist`` (the default): the median's range too
-    (``persist_range``, and the slow range its veto needs; format /6)."""
+    (``persist_range``, and the slow range its veto needs; format /6); ``lines`` (the
+    default, with ``persist``): the envelope's spectra too (``lines.lines_profile`` on
+    ``rec.envelopes``; format /7; a recording without envelopes or too short gets none)."""
     rule = rule or Rule()
     general = _general(rec, rule) if rec.seconds >= MIN_SECONDS else {}
     _check(station, rec, general, accept_stops)
@@ -437,6 +445,9 @@ def fit(
         own = fit_station_model(rec.audio, mean, sd, seed=seed)
     slow_scale = slow_range(rec, mean, sd) if slow or persist else None
     persist_scale = persist_range(rec, mean, sd) if persist and slow_scale is not None else None
+    profile = None
+    if lines and persist_scale is not None and rec.envelopes is not None:
+        profile = lines_profile(rec.envelopes, rec.segments)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     general["accepted_stops"] = bool(general["stops"])
     enrolment = Enrolment(
@@ -454,6 +465,7 @@ def fit(
         slow_scale,
         SLOW_ALPHA,
         persist_scale,
+        profile,
     )
     _, residual = _replay(rec, enrolment, rule)
     enrolment = replace(enrolment, general={**general, "stops_with_enrolment": residual})

@@ -51,6 +51,7 @@ from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.enrol import Recording, Source, fit
 from rtgate.apps.guard.evaluate import roc_auc
 from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE, WindowFeatures
+from rtgate.apps.guard.lines import Lines
 from rtgate.apps.guard.rhythm import Rhythm
 from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
 from rtgate.apps.guard.simulate import FAULTS, Bearing, Clip, Motor, draw_motor, make_clip
@@ -190,18 +191,23 @@ class _Fleet:
     score_w: int
 
 
-def _features(wf: WindowFeatures, clips: Sequence[_Recorded], a: int, b: int) -> tuple[F32, F32]:
-    """Features ``(stations, windows a..b, N_FEATURES)`` and the rhythm statistic
-    ``(stations, windows a..b)`` (its ring starting afresh at ``a``, as a new run does)."""
+def _features(
+    wf: WindowFeatures, clips: Sequence[_Recorded], a: int, b: int
+) -> tuple[F32, F32, F32]:
+    """Features ``(stations, windows a..b, N_FEATURES)``, the rhythm statistic
+    ``(stations, windows a..b)`` (its ring starting afresh at ``a``, as a new run does) and
+    the band envelopes ``(stations, windows a..b, bands, N_SUB)`` (``lines.py``)."""
     n = len(clips)
     audio = np.stack([c.audio[a * HOP : b * HOP] for c in clips]).reshape(n, b - a, HOP)
+    envs = np.zeros((n, b - a, len(CREST_BANDS), N_SUB), np.float32)
     env = np.zeros((n, len(CREST_BANDS), N_SUB), np.float32)
     rhythm = Rhythm(n)
     feats, rh = [], []
     for t in range(b - a):
         feats.append(wf(audio[:, t], env))
+        envs[:, t] = env
         rh.append(rhythm.step(env).copy())
-    return np.stack(feats, axis=1), np.stack(rh, axis=1)
+    return np.stack(feats, axis=1), np.stack(rh, axis=1), envs
 
 
 def _enrol_all(
@@ -213,7 +219,7 @@ def _enrol_all(
     its own model too (``station_model.py``)."""
     n, wf = len(fleet.clips), WindowFeatures()
     det = Detector(model, n_streams=n)
-    feats, rhythm = _features(wf, fleet.clips, 0, fleet.enrol_w)
+    feats, rhythm, envs = _features(wf, fleet.clips, 0, fleet.enrol_w)
     scores = np.zeros((n, fleet.enrol_w), np.float32)
     logits = np.zeros((n, fleet.enrol_w), np.float32)
     for t in range(fleet.enrol_w):
@@ -233,6 +239,7 @@ def _enrol_all(
             rhythm[i],
             logits[i],
             audio,
+            envs[i],
         )
         fitted = fit(f"s{i:03d}", rec, accept_stops=True, station_model=station_model, slow=True)
         out.append((fitted.enrolment, fitted.warnings))
@@ -246,11 +253,14 @@ def _run(
     rules: Rules,
     model: str | Path | None,
     rhythm: F32 | None = None,
+    envelopes: F32 | None = None,
 ) -> tuple[F32, list[tuple[int, float]]]:
     """The scored part as one new run of every station, as ``Guard.process`` steps them:
     the scores the rules saw and every stop ``(station, audio seconds from the part's
     start)``. ``rhythm``: the statistic of each window (``_features``; None: no rhythm
-    clause); as in ``Guard.process``, a window's rhythm hit counts from the next window."""
+    clause); ``envelopes``: each window's band envelopes (``_features``; None: no envelope
+    lines); as in ``Guard.process``, a window's rhythm or lines hit counts from the next
+    window."""
     n = len(fleet.clips)
     names = [f"s{i:03d}" for i in range(n)]
     det = Detector(model, n_streams=n)
@@ -262,7 +272,13 @@ def _run(
         [r.threshold for r in per],
         [r.slow for r in per],
         [r.persist for r in per],
+        [r.lines for r in per],
     )
+    lines = None
+    if envelopes is not None and base.lines_clause:
+        profiles = [e.lines if e is not None else None for e in enrolments]
+        lines = Lines(profiles, [r.lines for r in per])
+    lined = np.zeros(n, dtype=bool)
     eng = RuleEngine(rules, names, [e is not None for e in enrolments])
     seen = np.zeros((n, fleet.score_w), np.float32)
     stops = []
@@ -272,6 +288,10 @@ def _run(
         if rhythm is not None and base.rhythm_clause and t:
             hit = base.rhythmic(rhythm[:, t - 1])
             novel = hit if novel is None else novel | hit
+        if lines is not None and envelopes is not None:
+            novel = lined if novel is None else novel | lined
+            lined = lines.step(envelopes[:, t])
+            base.lines_over[:] = lines.last
         seen[:, t] = s
         ends = (t + 1) * HOP / RATE
         stops += [(d.index, d.window_end_ts) for d in eng.feed(s, ends, None, novel)]
@@ -370,7 +390,7 @@ def evaluate_enrolment(
     own = [e for e, _ in _enrol_all(fleet, model, station_model)]
     fitted = [replace(e, station_model=None) for e in own]  # as without: the same numbers
     accepted = [None if e.general.get("stops") else e for e in fitted]
-    feats, rhythm = _features(
+    feats, rhythm, envs = _features(
         WindowFeatures(), fleet.clips, fleet.enrol_w, fleet.enrol_w + fleet.score_w
     )
     clips = cast(list[Clip], fleet.clips)
@@ -399,7 +419,7 @@ def evaluate_enrolment(
         "refused_by_enroll": sum(1 for e in accepted if e is None),
     }
     for name, (enrolments, rules) in ways.items():
-        seen, stops = _run(fleet, feats, enrolments, rules, model, rhythm)
+        seen, stops = _run(fleet, feats, enrolments, rules, model, rhythm, envs)
         res = _metrics(seen, stops, onsets, sev)
         for fam, idx in _families(fleet).items():
             keep = set(idx.tolist())
@@ -436,17 +456,13 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(report, indent=1))
 
 
-if __name__ == "__main__":
-    main()
-
-
 Ways = dict[str, tuple[list[Enrolment | None], Rules]]
 
 
 def _ways(n_stations: int, accepted: list[Enrolment | None], fitted: Sequence[Enrolment]) -> Ways:
     """The ways both evaluations replay: no enrolment, the stations ``enroll`` accepts, every
-    station (``fitted``), and those with the rhythm clause, without the persist clause and
-    with Session 13's slow clause instead of it."""
+    station (``fitted``), and those with the rhythm clause, without the persist clause,
+    without the envelope lines and with Session 13's slow clause instead of it."""
     return {
         "general": ([None] * n_stations, Rules()),
         "enrolled": (accepted, Rules()),
@@ -454,6 +470,11 @@ def _ways(n_stations: int, accepted: list[Enrolment | None], fitted: Sequence[En
         "enrolled_rhythm": (accepted, Rules(Rule(rhythm=RHYTHM_MARGIN))),
         "enrolled_no_persist": (accepted, Rules(Rule(persist=0))),
         "enrolled_accepting_stops_no_persist": (list(fitted), Rules(Rule(persist=0))),
+        "enrolled_accepting_stops_no_lines": (list(fitted), Rules(Rule(lines=0))),
         "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR, persist=0))),
         "enrolled_accepting_stops_slow": (list(fitted), Rules(Rule(slow=SLOW_BAR, persist=0))),
     }
+
+
+if __name__ == "__main__":  # after every definition: ``_ways`` above is read by main
+    main()

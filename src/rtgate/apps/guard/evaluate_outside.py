@@ -188,7 +188,7 @@ def evaluate_outside(
     own = [e for e, _ in _enrol_all(fleet, model, station_model)]
     fitted = [replace(e, station_model=None) for e in own]  # the same numbers without it
     accepted = [None if e.general.get("stops") else e for e in fitted]
-    feats, rhythm = _features(WindowFeatures(), stations, enrol_w, enrol_w + score_w)
+    feats, rhythm, envs = _features(WindowFeatures(), stations, enrol_w, enrol_w + score_w)
     onsets = np.array([np.inf if s.onset_s is None else s.onset_s - enrol_s for s in stations])
     level = np.array([s.fault_rms_db if s.fault is not None else np.nan for s in stations])
     report: dict[str, Any] = {
@@ -216,7 +216,7 @@ def evaluate_outside(
     groups = _groups(stations)
     rule = Rules().default
     for name, (enrolments, rules) in ways.items():
-        seen, stops = _run(fleet, feats, enrolments, rules, model, rhythm)
+        seen, stops = _run(fleet, feats, enrolments, rules, model, rhythm, envs)
         if name == "general":
             on_healthy = {"all": detector_on_healthy(fitted, seen, onsets, rule)}
             for g, idx in groups.items():

@@ -3,11 +3,11 @@
 ``Guard`` runs many stations in step: each call takes one 20 ms window per station (or a
 subset of stations), computes features and scores in one batch, moves the scores of the
 stations that have an enrolment by their own normal (``baseline.py``) and feeds the rule
-engine (with the novelty and the envelope's rhythm, ``rhythm.py``, of the stations whose
-rules have those clauses). The rhythm is computed only when some station has it, and after
-the tick's stops are published: its hits count from the next window on (20 ms later, on a
-statistic of the last 200 ms), so it adds nothing to the time from a window's end to its
-stop;
+engine (with the novelty, the envelope's rhythm, ``rhythm.py``, and its new lines,
+``lines.py``, of the stations whose rules have those clauses). The rhythm and the lines are
+computed only when some station has them, and after the tick's stops are published: their
+hits count from the next window on, so they add nothing to the time from a window's end to
+its stop;
 once every stop of the tick is published, each gets a copy of the last ``clip_s`` seconds
 and goes to ``on_stop`` (the explainer's feed). Nothing here imports language-model code;
 the ``before_publish`` hook exists only for the ablation that puts an explainer first.
@@ -27,6 +27,7 @@ from rtgate.apps.guard.baseline import Baselines, Enrolment
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.events import StopEvent, StopMessage
 from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE, WindowFeatures
+from rtgate.apps.guard.lines import Lines
 from rtgate.apps.guard.rhythm import Rhythm
 from rtgate.apps.guard.rules import RuleEngine, Rules
 from rtgate.core.errors import InvalidRequest
@@ -88,13 +89,20 @@ class Guard:
         thresholds = [self.rules.for_station(s).threshold for s in self.stations]
         slow = [self.rules.for_station(s).slow for s in self.stations]
         persist = [self.rules.for_station(s).persist for s in self.stations]
+        lines = [self.rules.for_station(s).lines for s in self.stations]
         self.baselines = Baselines(
-            enrolments or [None] * n, novelty, rhythm, thresholds, slow, persist
+            enrolments or [None] * n, novelty, rhythm, thresholds, slow, persist, lines
         )
-        # the envelope's rhythm, only when some station's rule and enrolment use it
+        # the envelope's rhythm and lines, only when some station's rule and enrolment use them
         self.rhythm = Rhythm(n) if self.baselines.rhythm_clause else None
+        self.lines = (
+            Lines([e.lines if e is not None else None for e in enrolments or [None] * n], lines)
+            if self.baselines.lines_clause
+            else None
+        )
         self._envelope = np.zeros((n, len(CREST_BANDS), N_SUB), np.float32)
         self._rhythmic = np.zeros(n, dtype=bool)  # the last window's rhythm hits
+        self._lined = np.zeros(n, dtype=bool)  # the envelope lines' hits for the next window
         self.sink = sink
         self.on_stop = on_stop
         self.before_publish = before_publish
@@ -110,6 +118,7 @@ class Guard:
         self.features_s = 0.0  # how long the last tick's features took
         self.infer_s = 0.0  # how long the last detector call took
         self.rhythm_s = 0.0  # how long the last tick's rhythm took (0: no station uses it)
+        self.lines_s = 0.0  # how long the last tick's envelope lines took (0: none uses them)
         self._kept = False
         self.warm_up()
 
@@ -140,7 +149,10 @@ class Guard:
             self.baselines.reset()
             if self.rhythm is not None:
                 self.rhythm.reset()
+            if self.lines is not None:
+                self.lines.reset()
             self._rhythmic[:] = False
+            self._lined[:] = False
             self._ring.fill(0.0)
             self._slot[:] = 0
             self.last_scores[:] = 0.0
@@ -173,7 +185,8 @@ class Guard:
             raise InvalidRequest(f"windows must be ({len(idx)}, {HOP}), got {w.shape}")
         self._kept = False
         t0 = time.perf_counter()
-        env = None if self.rhythm is None else self._envelope[: len(idx)]
+        slow_env = self.rhythm is not None or self.lines is not None
+        env = self._envelope[: len(idx)] if slow_env else None
         feats = self.features(w, env)
         t1 = time.perf_counter()
         general = self.detector.step(feats, None if every else idx)
@@ -189,6 +202,9 @@ class Guard:
         if self.rhythm is not None:  # the hits of the station's previous window
             hit = self._rhythmic if every else self._rhythmic[idx]
             novel = hit if novel is None else novel | hit
+        if self.lines is not None:  # decided after the station's previous window
+            hit = self._lined if every else self._lined[idx]
+            novel = hit if novel is None else novel | hit
         decisions = self.engine.feed(scores, window_end_ts, None if every else idx, novel)
         self.last_detector_scores[idx] = general
         self.last_scores[idx] = scores
@@ -199,7 +215,10 @@ class Guard:
             own_model = bool(np.isfinite(base.own_threshold[d.index]))
             own_slow = bool(np.isfinite(base.slow_threshold[d.index]))
             own_persist = bool(np.isfinite(base.persist_threshold[d.index]))
-            rule = d.rule.describe(d.instant, d.novel, own_rhythm, own_model, own_slow, own_persist)
+            own_lines = bool(base.lines_margin[d.index] > 0)
+            rule = d.rule.describe(
+                d.instant, d.novel, own_rhythm, own_model, own_slow, own_persist, own_lines
+            )
             msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, rule)
             ev = StopEvent(msg, self.topics[d.index], d.index, np.zeros(0, np.float32), now)
             if self.before_publish is not None:  # the ablation: explain before the stop
@@ -216,6 +235,11 @@ class Guard:
             rows = None if every else idx
             self._rhythmic[idx] = base.rhythmic(self.rhythm.step(env, rows), rows)
             self.rhythm_s = time.perf_counter() - t3
+        if self.lines is not None and env is not None:  # a sixteenth of the stations a tick
+            t4 = time.perf_counter()
+            self._lined[idx] = self.lines.step(env, None if every else idx)
+            base.lines_over[idx] = self.lines.last[idx]
+            self.lines_s = time.perf_counter() - t4
         stops = [replace(ev, clip=self.clip(ev.index)) for ev in stops]
         if self.on_stop is not None:
             for ev in stops:

@@ -11,6 +11,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     rhythm = 0.0                  # enrolled stations: a rhythm this far over its own is a hit
     slow = 0.0                    # enrolled stations (format /5): a slow rise this far is a hit
     persist = 6.0                 # enrolled stations (format /6): a steady rise this far (0: off)
+    lines = 0.5                   # enrolled stations (format /7): new envelope lines (0: off)
     cooldown_s = 10.0             # no second stop from a station within this time
     topic = "rtgate/guard/{station}/stop"
 
@@ -54,6 +55,7 @@ _FIELDS = {
     "rhythm",
     "slow",
     "persist",
+    "lines",
     "cooldown_s",
     "topic",
     "name",
@@ -115,6 +117,14 @@ class Rule:
     0 turns it off. The median moves when nearly every window carries the fault's impacts,
     not when a knock hits one or two (docs/guard.md, Session 14). On by default at
     ``baseline.PERSIST_BAR``; files of formats /1-/5 decide as before it.
+
+    ``lines``: for a station whose enrolment measured its envelope spectra (format /7, what
+    ``guard enroll`` writes by default), a window is a hit as well when the envelope's
+    spectrum over the last 1.28 s has a comb of lines the healthy recording never had,
+    this margin over the highest the recording reached, on two evaluations in a row
+    (``lines.py``); 0 turns it off. A faint defect adds such lines seconds after its onset.
+    On by default at ``lines.LINES_MARGIN`` (chosen on validation seeds, docs/guard.md
+    Session 24); files of formats /1-/6 decide as before it.
     """
 
     threshold: float = 0.92
@@ -126,6 +136,7 @@ class Rule:
     rhythm: float = 0.0
     slow: float = 0.0
     persist: float = 6.0  # baseline.PERSIST_BAR
+    lines: float = 0.5  # lines.LINES_MARGIN
     cooldown_s: float = 10.0
     topic: str = "rtgate/guard/{station}/stop"
     name: str = "default"
@@ -155,6 +166,9 @@ class Rule:
         pe = self.persist
         if not (isinstance(pe, int | float) and (pe == 0 or 1.0 <= pe <= 1000.0)):
             raise ConfigError(f"persist must be 0 (off) or in [1, 1000], got {pe!r}")
+        li = self.lines
+        if not (isinstance(li, int | float) and 0.0 <= li <= 20.0):
+            raise ConfigError(f"lines must be 0 (off) or a margin in (0, 20], got {li!r}")
         cd = self.cooldown_s
         if not (isinstance(cd, int | float) and math.isfinite(cd) and cd >= 0):
             raise ConfigError(f"cooldown_s must be a finite number >= 0, got {cd!r}")
@@ -177,12 +191,14 @@ class Rule:
         own: bool = False,
         slow: bool = False,
         persist: bool = False,
+        lines: bool = False,
     ) -> str:
         """The rule (its k-of-n clause, or with ``instant`` its one-window clause) as it
         appears in a stop message; with ``novel``, the k-of-n clause with the station's own
         hits: novelty (when the rule has it), with ``rhythm`` (the station's enrolment
         measured its rhythm) the rhythm, with ``own`` its own model (format /4), and with
-        ``slow`` its slow range (format /5), with ``persist`` its median's range (/6)."""
+        ``slow`` its slow range (format /5), with ``persist`` its median's range (/6), with
+        ``lines`` its envelope lines (/7)."""
         if instant:
             return f"{self.name}: score>={self.instant_at:g} in 1 window"
         hit = f"score>={self.threshold:g}"
@@ -196,6 +212,8 @@ class Rule:
             hit += f" or slow>={self.slow:g}x own max"
         if novel and persist and self.persist:
             hit += f" or median>={self.persist:g}x own max"
+        if novel and lines and self.lines:
+            hit += f" or new envelope lines>=own max+{self.lines:g}"
         return f"{self.name}: {hit} in {self.k} of {self.n} windows"
 
     def topic_for(self, station: str) -> str:

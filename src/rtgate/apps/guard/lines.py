@@ -1,0 +1,272 @@
+"""New lines in the envelope's spectrum over 1.28 s: a faint defect the station never had.
+
+A bearing defect is a train of impacts at its defect rate, each ringing a resonance; the
+envelope of a band that holds the resonance then repeats at that rate, and its spectrum has
+a comb (a line and its harmonics). Over 200 ms (``rhythm.py``) a faint defect's comb is
+lost in the noise and rates under 40 Hz are not resolved at all, yet machines on 9-14 Hz
+shafts have defect rates of 25-90 Hz. Over 1.28 s the comb of a defect 20 dB under the
+machine stands out (the lines add up over ~40-500 impacts, the noise does not), and the
+bins are 0.78 Hz wide.
+
+A machine has combs of its own (a blade pass, a compressor's lobes, the supply's hum), so
+the question asked is not "is there a comb" but "is there a comb **the station did not have
+while it was enrolled**". Per station:
+
+- every ``STEP`` windows, the last ``WINDOWS`` windows' envelopes (energy per 0.625 ms in
+  each of ``CREST_BANDS``, what ``features.py`` computes anyway: 2,048 samples at 1,600 Hz
+  per band) are normalised by their mean, Hann-windowed and transformed; each bin's
+  magnitude over the band's median bin in ``NORM_HZ``, in log: ``L`` (bands, bins);
+- ``new = max(0, L - reference)``, where ``reference`` is, per band and bin, the 95th
+  percentile of ``L`` over the enrolment recording's segments: only what rises over
+  anything the station did while healthy;
+- the statistic: the highest, over bands and over rates ``f`` in ``F_MIN_HZ``-``F_MAX_HZ``,
+  of the mean of ``new`` at ``f`` and its harmonics up to ``HARMONICS`` (each the best of
+  its bin and the two next to it: slip and speed wander smear a line);
+- a hit when the statistic is over the station's own highest on its recording (``top``)
+  plus the rule's margin on ``CONSECUTIVE`` evaluations in a row (0.32 s apart); the hit
+  holds until the next evaluation.
+
+The stations take turns (station ``i`` is evaluated when its window count is ``i`` modulo
+``STEP``), so a tick does the spectra of a sixteenth of the stations, after the tick's stops
+are published (``pipeline.py``): the clause adds stops seconds after a faint onset and never
+delays a window's end -> stop. It only adds hits, and only on enrolled stations (format /7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE
+from rtgate.core.errors import ConfigError, InvalidRequest
+
+__all__ = [
+    "CONSECUTIVE",
+    "F_MAX_HZ",
+    "F_MIN_HZ",
+    "HARMONICS",
+    "LINES_MARGIN",
+    "STEP",
+    "WINDOWS",
+    "Lines",
+    "LinesProfile",
+    "lines_profile",
+    "statistic",
+]
+
+F32 = npt.NDArray[np.float32]
+WINDOWS = 64  # 1.28 s of envelope: 2,048 samples per band, bins of 0.78 Hz
+STEP = 16  # windows between a station's evaluations (0.32 s)
+F_MIN_HZ, F_MAX_HZ = 15.0, 260.0  # the defect rates looked for
+HARMONICS = 3
+NORM_HZ = (15.0, 600.0)  # the bins whose median is a segment's floor
+REFERENCE_Q = 0.95  # the reference: this quantile of the recording's segments, per bin
+CONSECUTIVE = 2  # evaluations in a row over the bar
+LINES_MARGIN = 0.5  # the rules' default margin (chosen on validation seeds, docs/guard.md)
+MIN_SEGMENTS = 8  # a recording gives a profile from this many segments on
+_T = WINDOWS * N_SUB
+_RATE = RATE / (HOP // N_SUB)  # envelope samples per second (1,600)
+
+
+class _Grid:
+    """The constant parts: taper, the floor's bins, the candidates and their harmonics."""
+
+    def __init__(self) -> None:
+        self.hann = np.hanning(_T)
+        f = np.fft.rfftfreq(_T, 1.0 / _RATE)
+        self.bins = len(f)
+        self.norm = np.flatnonzero((f >= NORM_HZ[0]) & (f <= NORM_HZ[1]))
+        df = f[1]
+        k0 = np.arange(int(np.ceil(F_MIN_HZ / df)), int(F_MAX_HZ / df) + 1)
+        self.harmonics = [k0 * h for h in range(1, HARMONICS + 1)]
+        if self.harmonics[-1][-1] > self.bins - 2:
+            raise InvalidRequest("the highest harmonic must have a bin on each side")
+
+
+_GRID = _Grid()
+
+
+def log_spectra(envelopes: npt.ArrayLike) -> F32:
+    """``L`` of the module doc for envelope segments ``(..., bands, WINDOWS * N_SUB)``:
+    ``(..., bands, bins)``."""
+    x = np.asarray(envelopes, np.float64)
+    if x.shape[-1] != _T:
+        raise InvalidRequest(f"a segment is {_T} envelope samples, got {x.shape[-1]}")
+    x = x / (x.mean(axis=-1, keepdims=True) + 1e-20)
+    x -= x.mean(axis=-1, keepdims=True)
+    x *= _GRID.hann
+    mag = np.abs(np.fft.rfft(x, axis=-1))
+    floor = np.median(mag[..., _GRID.norm], axis=-1, keepdims=True) + 1e-20
+    out: F32 = np.log(mag / floor + 1e-9).astype(np.float32)
+    return out
+
+
+def statistic(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
+    """The comb of new lines of ``spectra`` ``(..., bands, bins)`` over ``reference``
+    ``(..., bands, bins)`` (broadcast): one number per leading index."""
+    new = np.maximum(np.asarray(spectra, np.float32) - np.asarray(reference, np.float32), 0.0)
+    best = new.copy()
+    np.maximum(best[..., 1:], new[..., :-1], out=best[..., 1:])
+    np.maximum(best[..., :-1], new[..., 1:], out=best[..., :-1])
+    acc = best[..., _GRID.harmonics[0]].copy()
+    for idx in _GRID.harmonics[1:]:
+        acc += best[..., idx]
+    acc /= np.float32(HARMONICS)
+    out: F32 = acc.reshape(*acc.shape[:-2], -1).max(axis=-1)
+    return out
+
+
+def _segments(envelopes: F32, spans: Sequence[tuple[int, int]]) -> F32:
+    """Every ``STEP`` windows of each span that has heard ``WINDOWS``: ``(S, bands, T)``."""
+    out = []
+    for a, b in spans:
+        for end in range(a + WINDOWS, b + 1, STEP):
+            seg = envelopes[end - WINDOWS : end]  # (WINDOWS, bands, N_SUB)
+            out.append(seg.transpose(1, 0, 2).reshape(len(CREST_BANDS), _T))
+    if not out:
+        return np.zeros((0, len(CREST_BANDS), _T), np.float32)
+    return np.stack(out).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class LinesProfile:
+    """A station's envelope spectra while healthy: ``reference`` ``(bands, bins)`` (the
+    ``REFERENCE_Q`` quantile of ``L`` over the recording's segments) and ``top``, the highest
+    statistic of those segments over it."""
+
+    reference: F32
+    top: float
+    segments: int
+
+    def __post_init__(self) -> None:
+        ref = np.asarray(self.reference)
+        if ref.shape != (len(CREST_BANDS), _GRID.bins) or not np.isfinite(ref).all():
+            raise ConfigError(
+                f"the envelope lines' reference must be {len(CREST_BANDS)} x {_GRID.bins} "
+                "finite numbers"
+            )
+        if not (np.isfinite(self.top) and self.top >= 0 and self.segments >= MIN_SEGMENTS):
+            raise ConfigError(f"the envelope lines need a top >= 0 and >= {MIN_SEGMENTS} segments")
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "windows": WINDOWS,
+            "step": STEP,
+            "segments": self.segments,
+            "top": round(float(self.top), 4),
+            "reference": [[round(float(v), 3) for v in band] for band in self.reference],
+        }
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any], where: str) -> LinesProfile:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: the envelope lines must be an object")
+        if data.get("windows") != WINDOWS or data.get("step") != STEP:
+            raise ConfigError(
+                f"{where}: envelope lines over {data.get('windows')!r} windows every "
+                f"{data.get('step')!r}; this version uses {WINDOWS} every {STEP}: enrol the "
+                "station again"
+            )
+        try:
+            ref = np.asarray(data["reference"], np.float32)
+            return cls(ref, float(data["top"]), int(data["segments"]))
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, ConfigError):
+                raise ConfigError(f"{where}: {e}") from None
+            raise ConfigError(f"{where}: bad envelope lines ({e})") from None
+
+
+def lines_profile(
+    envelopes: npt.ArrayLike, spans: Sequence[tuple[int, int]]
+) -> LinesProfile | None:
+    """The profile of a healthy recording's envelopes ``(windows, bands, N_SUB)`` whose
+    ``spans`` are its sources' windows ``[a, b)``; None when they give under
+    ``MIN_SEGMENTS`` segments."""
+    env = np.asarray(envelopes, np.float32)
+    if env.ndim != 3 or env.shape[1:] != (len(CREST_BANDS), N_SUB):
+        raise InvalidRequest(f"envelopes must be (windows, {len(CREST_BANDS)}, {N_SUB})")
+    segs = _segments(env, spans)
+    if len(segs) < MIN_SEGMENTS:
+        return None
+    spectra = log_spectra(segs)
+    # rounded as the file keeps them, so a station decides alike before and after a reload
+    reference = np.round(np.quantile(spectra, REFERENCE_Q, axis=0), 3).astype(np.float32)
+    top = round(float(statistic(spectra, reference).max()), 4)
+    return LinesProfile(reference, top, len(segs))
+
+
+class Lines:
+    """The clause of the module doc for ``n_streams`` stations, one window at a time.
+
+    ``profiles``: per station its :class:`LinesProfile` (None: never evaluated) and
+    ``margins`` the rule's margin (0: off). :meth:`step` takes each station's newest
+    window's envelopes ``(N, bands, N_SUB)`` and returns which stations' next window is a
+    hit. ``last`` holds each station's latest statistic over its bar (``stat - top -
+    margin``; -inf before its first evaluation).
+    """
+
+    def __init__(
+        self, profiles: Sequence[LinesProfile | None], margins: Sequence[float] | None = None
+    ) -> None:
+        n = len(profiles)
+        m = np.full(n, LINES_MARGIN, np.float32) if margins is None else np.asarray(margins)
+        if m.shape != (n,):
+            raise InvalidRequest(f"{len(m)} lines margins for {n} stations")
+        self.n_streams = n
+        nb = len(CREST_BANDS)
+        self.active = np.array(
+            [p is not None and float(mi) > 0 for p, mi in zip(profiles, m.tolist(), strict=True)],
+            dtype=bool,
+        )
+        self.bar = np.full(n, np.inf, np.float32)
+        self._reference = np.zeros((n, nb, _GRID.bins), np.float32)
+        for i, p in enumerate(profiles):
+            if p is not None and self.active[i]:
+                self.bar[i] = p.top + float(m[i])
+                self._reference[i] = p.reference
+        self._ring = np.zeros((n, WINDOWS, nb, N_SUB), np.float32)
+        self._heard = np.zeros(n, np.int64)
+        self._phase = np.arange(n) % STEP
+        self._run = np.zeros(n, np.int64)
+        self.hot = np.zeros(n, dtype=bool)
+        self.last = np.full(n, -np.inf, np.float32)
+
+    def reset(self, stream: int | None = None) -> None:
+        """Forget one station's envelopes (or every station's): a new recording."""
+        sel = slice(None) if stream is None else stream
+        self._heard[sel] = 0
+        self._run[sel] = 0
+        self.hot[sel] = False
+        self.last[sel] = -np.inf
+
+    def step(
+        self, envelope: npt.ArrayLike, rows: npt.ArrayLike | None = None
+    ) -> npt.NDArray[np.bool_]:
+        """Add each station's newest window (``rows``: which stations, default all, in
+        order); returns whether each of them is hot (a hit for its next window)."""
+        e = np.asarray(envelope, np.float32)
+        idx = np.arange(self.n_streams) if rows is None else np.asarray(rows, np.int64)
+        if e.shape != (len(idx), len(CREST_BANDS), N_SUB):
+            raise InvalidRequest(f"envelope must be ({len(idx)}, {len(CREST_BANDS)}, {N_SUB})")
+        heard = self._heard[idx]
+        self._ring[idx, heard % WINDOWS] = e
+        heard = heard + 1
+        self._heard[idx] = heard
+        due = self.active[idx] & (heard >= WINDOWS) & (heard % STEP == self._phase[idx])
+        rows_due = idx[due]
+        if len(rows_due):
+            order = (heard[due, None] + np.arange(WINDOWS)) % WINDOWS  # oldest first
+            seg = np.take_along_axis(self._ring[rows_due], order[:, :, None, None], axis=1)
+            seg = seg.transpose(0, 2, 1, 3).reshape(len(rows_due), len(CREST_BANDS), _T)
+            stat = statistic(log_spectra(seg), self._reference[rows_due])
+            over = stat - self.bar[rows_due]
+            self.last[rows_due] = over
+            run = np.where(over >= 0, self._run[rows_due] + 1, 0)
+            self._run[rows_due] = run
+            self.hot[rows_due] = run >= CONSECUTIVE
+        out: npt.NDArray[np.bool_] = self.hot[idx].copy()
+        return out

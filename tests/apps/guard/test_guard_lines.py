@@ -1,0 +1,195 @@
+"""The envelope's new lines (``lines.py``): a healthy station's own combs stay under its bar,
+a faint defect it never had crosses it; the stations take turns; one evaluation over the bar
+is not a hit; the profile round-trips through an enrolment of format /7; a deaf station's
+detector makes no hit."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from rtgate.apps.guard.baseline import (
+    DEAF_GAP,
+    FORMAT_LINES,
+    FORMAT_STEADY,
+    Baselines,
+    Enrolment,
+)
+from rtgate.apps.guard.features import CREST_BANDS, HOP, N_FEATURES, N_SUB, RATE, WindowFeatures
+from rtgate.apps.guard.lines import (
+    CONSECUTIVE,
+    LINES_MARGIN,
+    STEP,
+    WINDOWS,
+    Lines,
+    LinesProfile,
+    lines_profile,
+)
+from rtgate.core.errors import ConfigError, InvalidRequest
+
+F32 = npt.NDArray[np.float32]
+
+
+def _machine(seconds: float, seed: int, defect_hz: float | None = None, db: float = -8.0) -> F32:
+    """A station's sound: broadband noise over 2-8 kHz, amplitude-modulated at its own
+    53 Hz (a blade pass: a comb it always has); with ``defect_hz``, impacts at that rate
+    ringing 6.2 kHz, ``db`` (RMS) under the rest."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * RATE)
+    spec = np.fft.rfft(rng.standard_normal(n))
+    f = np.fft.rfftfreq(n, 1 / RATE)
+    spec[(f < 2000) | (f > 7900)] = 0
+    x = np.fft.irfft(spec, n)
+    t = np.arange(n) / RATE
+    x *= 1.0 + 0.3 * np.sin(2 * np.pi * 53.0 * t)
+    x /= x.std()
+    if defect_hz is not None:
+        d = np.zeros(n)
+        d[(np.arange(0, seconds, 1 / defect_hz) * RATE).astype(np.int64)] = 1.0
+        h = np.exp(-2 * np.pi * 0.03 * 6200 * t[:200]) * np.sin(2 * np.pi * 6200 * t[:200])
+        d = np.convolve(d, h)[:n]
+        x += d / d.std() * 10 ** (db / 20)
+    out: F32 = (0.05 * x).astype(np.float32)
+    return out
+
+
+def _envelopes(audio: F32) -> F32:
+    _, env = WindowFeatures().envelopes(audio)
+    return env
+
+
+@pytest.fixture(scope="module")
+def healthy_profile() -> LinesProfile:
+    env = _envelopes(_machine(30.0, seed=1))
+    profile = lines_profile(env, [(0, len(env))])
+    assert profile is not None
+    return profile
+
+
+def _hot_windows(profile: LinesProfile, audio: F32) -> list[int]:
+    env = _envelopes(audio)
+    lines = Lines([profile], [LINES_MARGIN])
+    return [t for t in range(len(env)) if lines.step(env[t : t + 1])[0]]
+
+
+def test_the_station_running_as_enrolled_never_reaches_its_bar(
+    healthy_profile: LinesProfile,
+) -> None:
+    assert _hot_windows(healthy_profile, _machine(20.0, seed=2)) == []
+
+
+def test_a_faint_defect_the_station_never_had_becomes_a_hit(healthy_profile: LinesProfile) -> None:
+    # 8 dB under broadband noise as loud in every band (a fault in a resonance, on a
+    # machine whose energy lies elsewhere, stands out more: the outside set, docs/guard.md)
+    hot = _hot_windows(healthy_profile, _machine(20.0, seed=3, defect_hz=37.0, db=-8.0))
+    assert hot, "a 37 Hz impact train at -8 dB must cross the bar"
+    assert _hot_windows(healthy_profile, _machine(20.0, seed=3, defect_hz=37.0, db=-20.0)) == []
+    # the first evaluations need WINDOWS windows of audio, then CONSECUTIVE evaluations
+    assert hot[0] >= WINDOWS - 1 + (CONSECUTIVE - 1) * STEP
+
+
+def test_a_comb_the_station_always_had_stays_under_its_bar(healthy_profile: LinesProfile) -> None:
+    # the 53 Hz modulation is in the reference; the same machine louder changes nothing
+    assert _hot_windows(healthy_profile, 2.0 * _machine(12.0, seed=4)) == []
+
+
+def _zero_profile() -> LinesProfile:
+    bins = np.fft.rfftfreq(WINDOWS * N_SUB, 1 / (RATE / (HOP // N_SUB)))
+    return LinesProfile(np.zeros((len(CREST_BANDS), len(bins)), np.float32), 0.0, 8)
+
+
+def test_the_stations_take_turns() -> None:
+    n = 3
+    lines = Lines([_zero_profile()] * n, [0.01] * n)
+    rng = np.random.default_rng(0)
+    for heard in range(1, WINDOWS + 2 * STEP + 1):
+        before = lines.last.copy()
+        lines.step(rng.random((n, len(CREST_BANDS), N_SUB)).astype(np.float32) + 0.1)
+        changed = set(np.flatnonzero(lines.last != before).tolist())
+        due = {i for i in range(n) if heard >= WINDOWS and heard % STEP == i % STEP}
+        assert changed == due, heard
+
+
+def test_one_evaluation_over_the_bar_is_not_yet_a_hit() -> None:
+    # noise over a reference of zeros has lines over any small bar
+    lines = Lines([_zero_profile()], [0.01])
+    env = np.random.default_rng(1).random((WINDOWS + STEP, len(CREST_BANDS), N_SUB)) + 0.1
+    hot = [bool(lines.step(e[None].astype(np.float32))[0]) for e in env]
+    assert CONSECUTIVE == 2
+    assert not any(hot[: WINDOWS + STEP - 1])  # the first evaluation (window 64) alone
+    assert hot[WINDOWS + STEP - 1]  # the second in a row (window 80)
+    assert lines.last[0] > 0
+
+
+def test_a_profile_needs_enough_audio_and_a_bad_record_is_refused(
+    healthy_profile: LinesProfile,
+) -> None:
+    env = _envelopes(_machine(2.0, seed=5))
+    assert lines_profile(env, [(0, len(env))]) is None  # < MIN_SEGMENTS segments
+    with pytest.raises(InvalidRequest):
+        lines_profile(env[:, :2], [(0, len(env))])
+    rec = healthy_profile.record()
+    back = LinesProfile.from_record(rec, "t")
+    np.testing.assert_allclose(back.reference, healthy_profile.reference, atol=1e-3)
+    assert back.top == pytest.approx(healthy_profile.top, abs=1e-4)
+    with pytest.raises(ConfigError, match="enrol the station again"):
+        LinesProfile.from_record({**rec, "windows": 32}, "t")
+    with pytest.raises(ConfigError):
+        LinesProfile.from_record({**rec, "reference": [[1.0]]}, "t")
+
+
+def _enrolment(profile: LinesProfile | None, p99: float = -5.0, p999: float = -3.0) -> Enrolment:
+    ones = np.ones(N_FEATURES, np.float32)
+    return Enrolment(
+        "s",
+        np.zeros(N_FEATURES, np.float32),
+        ones,
+        1.0,
+        1.5,
+        detector_logit={"max": p999 + 0.5, "p999": p999, "p99": p99, "p50": p99 - 3},
+        slow_scale=ones,
+        persist_scale=ones,
+        lines=profile,
+    )
+
+
+def test_an_enrolment_with_lines_is_format_7_and_round_trips(
+    healthy_profile: LinesProfile,
+) -> None:
+    e = _enrolment(healthy_profile)
+    doc = json.loads(e.to_json())
+    assert doc["format"] == FORMAT_LINES
+    back = Enrolment.from_json(e.to_json())
+    assert back.lines is not None and back.summary()["envelope_lines"] is True
+    assert back.id == Enrolment.from_json(back.to_json()).id
+    older = _enrolment(None)
+    assert json.loads(older.to_json())["format"] == FORMAT_STEADY
+    assert Enrolment.from_json(older.to_json()).lines is None
+    broken = {**doc, "model": {k: v for k, v in doc["model"].items() if k != "lines"}}
+    with pytest.raises(ConfigError, match="needs envelope lines"):
+        Enrolment.from_json(json.dumps(broken))
+
+
+def test_a_deaf_station_s_detector_makes_no_hit_a_hearing_one_s_does() -> None:
+    t = float(np.log(0.92 / 0.08))
+    deaf = _enrolment(_zero_profile(), p99=t + 2.0, p999=t + 3.0)
+    hearing = _enrolment(_zero_profile(), p99=t - 4.0, p999=t - 2.0)
+    base = Baselines([deaf, hearing], persist=[6.0, 6.0], lines=[LINES_MARGIN] * 2)
+    assert base.deaf.tolist() == [True, False]
+    feats = np.zeros((2, N_FEATURES), np.float32)
+    sure = np.array([0.9999, 0.9999], np.float32)
+    for _ in range(5):
+        seen = base.adjust(feats, sure, None, np.array([12.0, 12.0], np.float32))
+    assert seen[0] < 0.92 and seen[1] >= 0.92
+    # the deaf station's score is its own evidence: under its bars it ranks low, over them
+    # it stays just under the threshold (the hits are the clauses' own)
+    base.lines_over[0] = -LINES_MARGIN  # one margin under the bar
+    low = base.adjust(feats, sure, None, np.array([12.0, 12.0], np.float32))[0]
+    base.lines_over[0] = 2 * LINES_MARGIN
+    high = base.adjust(feats, sure, None, np.array([12.0, 12.0], np.float32))[0]
+    assert low == pytest.approx(1 / (1 + np.exp(-(t - 4.0))), rel=1e-3)
+    assert high == pytest.approx(1 / (1 + np.exp(-(t - DEAF_GAP))), rel=1e-4)
+    assert high < 0.92
