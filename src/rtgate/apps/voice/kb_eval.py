@@ -86,6 +86,11 @@ CALL_SETS = {
     "eval4-en": TELECOM_DIR / "calls-eval4-en.jsonl",
     "eval5-zh": TELECOM_DIR / "calls-eval5-zh.jsonl",
     "eval5-en": TELECOM_DIR / "calls-eval5-en.jsonl",
+    # played blind in sessions 23 and 24; learned since session 24
+    "eval6-zh": TELECOM_DIR / "calls-eval6-zh.jsonl",
+    "eval6-en": TELECOM_DIR / "calls-eval6-en.jsonl",
+    "eval7-zh": TELECOM_DIR / "calls-eval7-zh.jsonl",
+    "eval7-en": TELECOM_DIR / "calls-eval7-en.jsonl",
 }
 TUNED_ON = ("tune", "val", "tune2")  # the sets the judge and thresholds are fitted on
 # with a semantic reader, which learned the TUNED_ON calls (scope-e5-asks.json), the
