@@ -15,6 +15,7 @@ from rtgate.apps.guard.baseline import (
     DEAF_GAP,
     FORMAT_LINES,
     FORMAT_STEADY,
+    LINES_HEARING,
     Baselines,
     Enrolment,
 )
@@ -179,6 +180,8 @@ def test_a_deaf_station_s_detector_makes_no_hit_a_hearing_one_s_does() -> None:
     hearing = _enrolment(_zero_profile(), p99=t - 4.0, p999=t - 2.0)
     base = Baselines([deaf, hearing], persist=[6.0, 6.0], lines=[LINES_MARGIN] * 2)
     assert base.deaf.tolist() == [True, False]
+    # where the detector hears, the lines need LINES_HEARING times the margin
+    assert base.lines_margin.tolist() == pytest.approx([LINES_MARGIN, LINES_MARGIN * LINES_HEARING])
     feats = np.zeros((2, N_FEATURES), np.float32)
     sure = np.array([0.9999, 0.9999], np.float32)
     for _ in range(5):

@@ -123,6 +123,7 @@ __all__ = [
     "FORMAT_STEADY",
     "GATE_HIGH",
     "GATE_LOW",
+    "LINES_HEARING",
     "LOGIT_BOUND",
     "PERSIST_BAR",
     "PERSIST_FLOOR",
@@ -168,6 +169,7 @@ BOOST = 1.0  # logit: on a novel window 0.92 -> 0.81
 LOGIT_BOUND = 16.0  # the calibration's q at most (a file beyond it is refused)
 DEAF_GAP = 0.01  # logit: a deaf station's score stays this far under its threshold
 EVIDENCE_SLOPE = 4.0  # logit per unit of a deaf station's own evidence over its bars
+LINES_HEARING = 2.0  # the lines' margin times this on a station whose detector hears
 SD_FLOOR = 0.05  # a feature that barely moved while enrolling is not taken as exact
 NOVELTY_FLOOR = 1.0  # in units of sd: a very steady recording does not make all novel
 RHYTHM_FLOOR = 3.5  # the rhythm clause never fires under this, however quiet the recording
@@ -659,8 +661,12 @@ class Baselines:
         lm = np.zeros(n, np.float32) if lines is None else np.asarray(lines, np.float32)
         if lm.shape != (n,):
             raise InvalidRequest(f"{len(lm)} lines margins for {n} stations")
+        # where the detector hears (not deaf) it stops what it hears, and the lines need
+        # LINES_HEARING times the margin (on the project's own motors the lines at the
+        # margin alone stopped a healthy one: docs/guard.md, Session 24)
+        has = np.array([e is not None and e.lines is not None for e in enrolments], dtype=bool)
         self.lines_margin = np.where(
-            [e is not None and e.lines is not None for e in enrolments], lm, 0.0
+            has, np.where(self.deaf, lm, lm * np.float32(LINES_HEARING)), 0.0
         ).astype(np.float32)
         self.lines_clause = bool((self.lines_margin > 0).any())
         self.lines_over = np.full(n, -np.inf, np.float32)  # ``Lines.last``, set from outside

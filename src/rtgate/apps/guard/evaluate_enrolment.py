@@ -277,7 +277,7 @@ def _run(
     lines = None
     if envelopes is not None and base.lines_clause:
         profiles = [e.lines if e is not None else None for e in enrolments]
-        lines = Lines(profiles, [r.lines for r in per])
+        lines = Lines(profiles, base.lines_margin)
     lined = np.zeros(n, dtype=bool)
     eng = RuleEngine(rules, names, [e is not None for e in enrolments])
     seen = np.zeros((n, fleet.score_w), np.float32)

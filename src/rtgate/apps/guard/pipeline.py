@@ -96,7 +96,10 @@ class Guard:
         # the envelope's rhythm and lines, only when some station's rule and enrolment use them
         self.rhythm = Rhythm(n) if self.baselines.rhythm_clause else None
         self.lines = (
-            Lines([e.lines if e is not None else None for e in enrolments or [None] * n], lines)
+            Lines(
+                [e.lines if e is not None else None for e in enrolments or [None] * n],
+                self.baselines.lines_margin,
+            )
             if self.baselines.lines_clause
             else None
         )

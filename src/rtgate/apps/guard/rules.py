@@ -124,7 +124,8 @@ class Rule:
     this margin over the highest the recording reached, on two evaluations in a row
     (``lines.py``); 0 turns it off. A faint defect adds such lines seconds after its onset.
     On by default at ``lines.LINES_MARGIN`` (chosen on validation seeds, docs/guard.md
-    Session 24); files of formats /1-/6 decide as before it.
+    Session 24), twice it (``baseline.LINES_HEARING``) on a station whose detector is not
+    deaf there; files of formats /1-/6 decide as before it.
     """
 
     threshold: float = 0.92
