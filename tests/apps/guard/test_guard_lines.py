@@ -28,6 +28,8 @@ from rtgate.apps.guard.lines import (
     Lines,
     LinesProfile,
     lines_profile,
+    log_spectra,
+    statistic,
 )
 from rtgate.core.errors import ConfigError, InvalidRequest
 
@@ -196,3 +198,32 @@ def test_a_deaf_station_s_detector_makes_no_hit_a_hearing_one_s_does() -> None:
     assert low == pytest.approx(1 / (1 + np.exp(-(t - 4.0))), rel=1e-3)
     assert high == pytest.approx(1 / (1 + np.exp(-(t - DEAF_GAP))), rel=1e-4)
     assert high < 0.92
+
+
+def test_rings_of_different_ages_read_their_own_last_windows_in_order() -> None:
+    # stations 0 and 16 share a turn; station 16 heard 16 windows more, so their rings start
+    # at different places: each statistic must be the one of its own last WINDOWS windows
+    n = 17
+    lines = Lines([_zero_profile()] * n, [0.01] * n)
+    rng = np.random.default_rng(3)
+    fed: list[list[F32]] = [[] for _ in range(n)]
+    for _ in range(STEP):
+        e = rng.random((1, len(CREST_BANDS), N_SUB)).astype(np.float32) + 0.1
+        lines.step(e, [16])
+        fed[16].append(e[0])
+    checked = 0
+    for _ in range(WINDOWS + STEP):
+        e = rng.random((n, len(CREST_BANDS), N_SUB)).astype(np.float32) + 0.1
+        before = lines.last.copy()
+        lines.step(e)
+        for i in range(n):
+            fed[i].append(e[i])
+        for i in (0, 16):
+            if lines.last[i] != before[i]:
+                last = np.stack(fed[i][-WINDOWS:])  # (WINDOWS, bands, N_SUB), oldest first
+                seg = last.transpose(1, 0, 2).reshape(len(CREST_BANDS), -1)
+                ref = np.zeros((len(CREST_BANDS), seg.shape[1] // 2 + 1), np.float32)
+                want = statistic(log_spectra(seg[None]), ref)[0] - lines.bar[i]
+                assert lines.last[i] == pytest.approx(want, rel=1e-5, abs=1e-6)
+                checked += 1
+    assert checked >= 3

@@ -382,7 +382,8 @@ def _enrol_fleet(fleet: _Fleet, seconds: float, model: Path | None) -> list[Enro
         rhythm = Rhythm(1)
         r = np.array([rhythm.step(e[None])[0] for e in env], np.float32)
         src = Source(f"motor {j}", "simulated", RATE, seconds=len(f) * HOP / RATE)
-        rec = Recording(f, s, [(0, len(f))], [src], float(np.std(clip.audio)), r, lg)
+        rms = float(np.std(clip.audio))
+        rec = Recording(f, s, [(0, len(f))], [src], rms, r, lg, envelopes=env)
         made[j] = fit(f"motor{j}", rec, accept_stops=True).enrolment
     return [made[int(j)] for j in fleet.clip_of]
 

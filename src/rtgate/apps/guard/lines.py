@@ -259,8 +259,14 @@ class Lines:
         due = self.active[idx] & (heard >= WINDOWS) & (heard % STEP == self._phase[idx])
         rows_due = idx[due]
         if len(rows_due):
-            order = (heard[due, None] + np.arange(WINDOWS)) % WINDOWS  # oldest first
-            seg = np.take_along_axis(self._ring[rows_due], order[:, :, None, None], axis=1)
+            start = heard[due] % WINDOWS  # each ring's oldest window
+            if (start == start[0]).all():  # stations stepped together: one slice each side
+                s0 = int(start[0])
+                ring = self._ring[rows_due]
+                seg = np.concatenate((ring[:, s0:], ring[:, :s0]), axis=1)
+            else:
+                order = (start[:, None] + np.arange(WINDOWS)) % WINDOWS
+                seg = np.take_along_axis(self._ring[rows_due], order[:, :, None, None], axis=1)
             seg = seg.transpose(0, 2, 1, 3).reshape(len(rows_due), len(CREST_BANDS), _T)
             stat = statistic(log_spectra(seg), self._reference[rows_due])
             over = stat - self.bar[rows_due]
