@@ -39,8 +39,10 @@ def _enrolment(
     mean = rng.normal(0, 2, N_FEATURES).astype(np.float32)
     sd = rng.uniform(0.05, 2, N_FEATURES).astype(np.float32)
     top = min(q + 0.5, LOGIT_BOUND) if q is not None else 0.0
-    p99 = min(q - 1, T - 1) if p99 is None and q is not None else p99
-    cal = {} if q is None else {"max": top, "p999": q, "p99": p99, "p50": median}
+    cal: dict[str, float] = {}
+    if q is not None:
+        cal = {"max": top, "p999": q, "p99": min(q - 1, T - 1) if p99 is None else p99}
+        cal["p50"] = median
     scale = float(rng.uniform(1, 4))
     return Enrolment(station, mean, sd, scale, SHIFT_MAX, created="now", detector_logit=cal)
 

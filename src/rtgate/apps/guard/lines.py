@@ -210,7 +210,9 @@ class Lines:
     """
 
     def __init__(
-        self, profiles: Sequence[LinesProfile | None], margins: Sequence[float] | None = None
+        self,
+        profiles: Sequence[LinesProfile | None],
+        margins: Sequence[float] | npt.ArrayLike | None = None,
     ) -> None:
         n = len(profiles)
         m = np.full(n, LINES_MARGIN, np.float32) if margins is None else np.asarray(margins)
