@@ -191,9 +191,10 @@ def test_a_deaf_station_s_detector_makes_no_hit_a_hearing_one_s_does() -> None:
     assert seen[0] < 0.92 and seen[1] >= 0.92
     # the deaf station's score is its own evidence: under its bars it ranks low, over them
     # it stays just under the threshold (the hits are the clauses' own)
-    base.lines_over[0] = -LINES_MARGIN  # one margin under the bar
+    assert base.lines is not None
+    base.lines.last[0] = -LINES_MARGIN  # one margin under the bar
     low = base.adjust(feats, sure, None, np.array([12.0, 12.0], np.float32))[0]
-    base.lines_over[0] = 2 * LINES_MARGIN
+    base.lines.last[0] = 2 * LINES_MARGIN
     high = base.adjust(feats, sure, None, np.array([12.0, 12.0], np.float32))[0]
     assert low == pytest.approx(1 / (1 + np.exp(-(t - 4.0))), rel=1e-3)
     assert high == pytest.approx(1 / (1 + np.exp(-(t - DEAF_GAP))), rel=1e-4)

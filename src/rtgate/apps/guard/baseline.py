@@ -105,7 +105,7 @@ import numpy.typing as npt
 
 from rtgate.apps.guard.detector import logit_of
 from rtgate.apps.guard.features import N_FEATURES
-from rtgate.apps.guard.lines import LinesProfile
+from rtgate.apps.guard.lines import Lines, LinesProfile
 from rtgate.apps.guard.paths import user_data_path
 from rtgate.apps.guard.station_model import Z_CLIP, StationModel
 from rtgate.core.errors import ConfigError, InvalidRequest
@@ -669,7 +669,12 @@ class Baselines:
             has, np.where(self.deaf, lm, lm * np.float32(LINES_HEARING)), 0.0
         ).astype(np.float32)
         self.lines_clause = bool((self.lines_margin > 0).any())
-        self.lines_over = np.full(n, -np.inf, np.float32)  # ``Lines.last``, set from outside
+        # the stations' envelope lines, stepped after each tick (``step_lines``)
+        self.lines = (
+            Lines([e.lines if e is not None else None for e in enrolments], self.lines_margin)
+            if self.lines_clause
+            else None
+        )
         self.novelty_clause = (
             self.novelty_clause
             or self.own_model
@@ -691,6 +696,23 @@ class Baselines:
         out: npt.NDArray[np.bool_] = np.asarray(rhythm) >= thr
         return out
 
+    def step_lines(
+        self, envelope: npt.ArrayLike, rows: npt.ArrayLike | None = None
+    ) -> npt.NDArray[np.bool_]:
+        """Add the newest window's band envelopes of the stations in ``rows`` (default all)
+        to their envelope lines (``lines.Lines.step``, after the tick's stops are published);
+        returns which of them are hits for their next window."""
+        if self.lines is None:
+            n = self.lines_margin.shape[0] if rows is None else len(np.asarray(rows))
+            return np.zeros(n, dtype=bool)
+        return self.lines.step(envelope, rows)
+
+    @property
+    def _lines_last(self) -> F32:
+        if self.lines is None:
+            return np.full(len(self.lines_margin), -np.inf, np.float32)
+        return self.lines.last
+
     def reset(self, stream: int | None = None) -> None:
         """Forget the averages of one station (or all): a new recording."""
         sel = slice(None) if stream is None else stream
@@ -700,7 +722,8 @@ class Baselines:
         self._ring_mid[sel] = 0.0
         self._pos[sel] = 0
         self._calm_run[sel] = PERSIST_HOLD
-        self.lines_over[sel] = -np.inf
+        if self.lines is not None:
+            self.lines.reset(stream)
 
     def adjust(
         self,
@@ -839,7 +862,7 @@ class Baselines:
             )
             lines = np.where(
                 self.lines_margin[rows] > 0,
-                self.lines_over[rows] / np.maximum(self.lines_margin[rows], 1e-6),
+                self._lines_last[rows] / np.maximum(self.lines_margin[rows], 1e-6),
                 -np.inf,
             )
         ev = np.maximum(persist, lines).astype(np.float32)

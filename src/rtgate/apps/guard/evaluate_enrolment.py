@@ -51,7 +51,6 @@ from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.enrol import Recording, Source, fit
 from rtgate.apps.guard.evaluate import roc_auc
 from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE, WindowFeatures
-from rtgate.apps.guard.lines import Lines
 from rtgate.apps.guard.rhythm import Rhythm
 from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
 from rtgate.apps.guard.simulate import FAULTS, Bearing, Clip, Motor, draw_motor, make_clip
@@ -274,10 +273,7 @@ def _run(
         [r.persist for r in per],
         [r.lines for r in per],
     )
-    lines = None
-    if envelopes is not None and base.lines_clause:
-        profiles = [e.lines if e is not None else None for e in enrolments]
-        lines = Lines(profiles, base.lines_margin)
+    lines = envelopes is not None and base.lines_clause
     lined = np.zeros(n, dtype=bool)
     eng = RuleEngine(rules, names, [e is not None for e in enrolments])
     seen = np.zeros((n, fleet.score_w), np.float32)
@@ -288,10 +284,9 @@ def _run(
         if rhythm is not None and base.rhythm_clause and t:
             hit = base.rhythmic(rhythm[:, t - 1])
             novel = hit if novel is None else novel | hit
-        if lines is not None and envelopes is not None:
+        if lines and envelopes is not None:
             novel = lined if novel is None else novel | lined
-            lined = lines.step(envelopes[:, t])
-            base.lines_over[:] = lines.last
+            lined = base.step_lines(envelopes[:, t])
         seen[:, t] = s
         ends = (t + 1) * HOP / RATE
         stops += [(d.index, d.window_end_ts) for d in eng.feed(s, ends, None, novel)]

@@ -27,7 +27,6 @@ from rtgate.apps.guard.baseline import Baselines, Enrolment
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.events import StopEvent, StopMessage
 from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE, WindowFeatures
-from rtgate.apps.guard.lines import Lines
 from rtgate.apps.guard.rhythm import Rhythm
 from rtgate.apps.guard.rules import RuleEngine, Rules
 from rtgate.core.errors import InvalidRequest
@@ -95,14 +94,7 @@ class Guard:
         )
         # the envelope's rhythm and lines, only when some station's rule and enrolment use them
         self.rhythm = Rhythm(n) if self.baselines.rhythm_clause else None
-        self.lines = (
-            Lines(
-                [e.lines if e is not None else None for e in enrolments or [None] * n],
-                self.baselines.lines_margin,
-            )
-            if self.baselines.lines_clause
-            else None
-        )
+        self.lines = self.baselines.lines  # stepped through the baselines, after publishing
         self._envelope = np.zeros((n, len(CREST_BANDS), N_SUB), np.float32)
         self._rhythmic = np.zeros(n, dtype=bool)  # the last window's rhythm hits
         self._lined = np.zeros(n, dtype=bool)  # the envelope lines' hits for the next window
@@ -152,8 +144,6 @@ class Guard:
             self.baselines.reset()
             if self.rhythm is not None:
                 self.rhythm.reset()
-            if self.lines is not None:
-                self.lines.reset()
             self._rhythmic[:] = False
             self._lined[:] = False
             self._ring.fill(0.0)
@@ -240,8 +230,7 @@ class Guard:
             self.rhythm_s = time.perf_counter() - t3
         if self.lines is not None and env is not None:  # a sixteenth of the stations a tick
             t4 = time.perf_counter()
-            self._lined[idx] = self.lines.step(env, None if every else idx)
-            base.lines_over[idx] = self.lines.last[idx]
+            self._lined[idx] = base.step_lines(env, None if every else idx)
             self.lines_s = time.perf_counter() - t4
         stops = [replace(ev, clip=self.clip(ev.index)) for ev in stops]
         if self.on_stop is not None:
