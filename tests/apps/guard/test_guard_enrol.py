@@ -20,6 +20,7 @@ from rtgate.apps.guard.baseline import EnrolmentStore
 from rtgate.apps.guard.cli import app
 from rtgate.apps.guard.detector import default_model_path
 from rtgate.apps.guard.features import RATE
+from rtgate.apps.guard.lines import HEARD, STEP, WINDOWS
 from rtgate.apps.guard.simulate import BEARINGS, SPEEDS, Bearing, Motor, make_clip
 
 runner = CliRunner()
@@ -160,10 +161,14 @@ def test_provenance_is_stored_and_reported(
         "slow_range": True,
         "median_range": True,
         "envelope_lines": True,
+        "envelope_lines_mean": True,
     }
     # by default the median's range (and the slow range its veto needs) and the envelope's
-    # lines: format /7
-    assert doc["format"] == "rtgate-guard-enrolment/7"
+    # lines and their mean over 5.12 s: format /8
+    assert doc["format"] == "rtgate-guard-enrolment/8"
+    # each of the two recordings gives a mean from its 13th evaluation (HEARD windows) on
+    lines = doc["model"]["lines"]
+    assert lines["mean"]["segments"] == lines["segments"] - 2 * (HEARD - WINDOWS) // STEP
     assert doc["model"]["lines"]["segments"] > 100 and doc["model"]["lines"]["top"] >= 0
     assert len(doc["model"]["persist"]["scale"]) == 46 and len(doc["model"]["slow"]["scale"]) == 46
 

@@ -1,7 +1,8 @@
 """The envelope's new lines (``lines.py``): a healthy station's own combs stay under its bar,
 a faint defect it never had crosses it; the stations take turns; one evaluation over the bar
-is not a hit; the profile round-trips through an enrolment of format /7; a deaf station's
-detector makes no hit."""
+is not a hit; the mean over 5.12 s hears a defect too faint for one segment; the profile
+round-trips through an enrolment of format /8 (and /7, without the mean, still loads); a deaf
+station's detector makes no hit."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from rtgate.apps.guard.baseline import (
     DEAF_GAP,
     FORMAT_LINES,
+    FORMAT_MEAN,
     FORMAT_STEADY,
     LINES_HEARING,
     Baselines,
@@ -21,12 +23,15 @@ from rtgate.apps.guard.baseline import (
 )
 from rtgate.apps.guard.features import CREST_BANDS, HOP, N_FEATURES, N_SUB, RATE, WindowFeatures
 from rtgate.apps.guard.lines import (
+    AVERAGE,
     CONSECUTIVE,
+    HEARD,
     LINES_MARGIN,
     STEP,
     WINDOWS,
     Lines,
     LinesProfile,
+    averaged,
     lines_profile,
     log_spectra,
     statistic,
@@ -99,9 +104,43 @@ def test_a_comb_the_station_always_had_stays_under_its_bar(healthy_profile: Line
     assert _hot_windows(healthy_profile, 2.0 * _machine(12.0, seed=4)) == []
 
 
+def _segment_only(p: LinesProfile) -> LinesProfile:
+    return LinesProfile(p.reference, p.top, p.segments)
+
+
+def _mean_only(p: LinesProfile) -> LinesProfile:
+    assert p.mean_reference is not None
+    never = np.full_like(p.reference, 1e6)  # no line is ever new to the segment's statistic
+    return LinesProfile(never, 0.0, p.segments, p.mean_reference, p.mean_top, p.mean_segments)
+
+
+def test_the_mean_over_5_s_hears_a_defect_too_faint_for_one_segment(
+    healthy_profile: LinesProfile,
+) -> None:
+    assert healthy_profile.mean_reference is not None
+    assert healthy_profile.mean_segments == healthy_profile.segments - (HEARD - WINDOWS) // STEP
+    faint = _machine(20.0, seed=3, defect_hz=61.0, db=-15.0)
+    assert _hot_windows(_segment_only(healthy_profile), faint) == []
+    by_mean = _hot_windows(_mean_only(healthy_profile), faint)
+    assert by_mean, "a 61 Hz impact train at -15 dB must cross the mean's bar"
+    assert by_mean[0] >= HEARD - 1 + (CONSECUTIVE - 1) * STEP  # the mean needs 5.12 s
+    assert _hot_windows(healthy_profile, faint)[0] == by_mean[0]  # either one makes the hit
+    assert _hot_windows(_mean_only(healthy_profile), _machine(20.0, seed=2)) == []
+
+
+def test_the_mean_is_of_segments_that_do_not_overlap() -> None:
+    sp = np.random.default_rng(2).random((20, len(CREST_BANDS), 5)).astype(np.float32)
+    got = averaged(sp)
+    apart = WINDOWS // STEP
+    assert len(got) == 20 - (AVERAGE - 1) * apart
+    want = np.mean([sp[k * apart : k * apart + len(got)] for k in range(AVERAGE)], axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def _zero_profile() -> LinesProfile:
     bins = np.fft.rfftfreq(WINDOWS * N_SUB, 1 / (RATE / (HOP // N_SUB)))
-    return LinesProfile(np.zeros((len(CREST_BANDS), len(bins)), np.float32), 0.0, 8)
+    zeros = np.zeros((len(CREST_BANDS), len(bins)), np.float32)
+    return LinesProfile(zeros, 0.0, 8, zeros, 0.0, 8)
 
 
 def test_the_stations_take_turns() -> None:
@@ -159,12 +198,12 @@ def _enrolment(profile: LinesProfile | None, p99: float = -5.0, p999: float = -3
     )
 
 
-def test_an_enrolment_with_lines_is_format_7_and_round_trips(
+def test_an_enrolment_with_lines_is_format_8_and_round_trips(
     healthy_profile: LinesProfile,
 ) -> None:
     e = _enrolment(healthy_profile)
     doc = json.loads(e.to_json())
-    assert doc["format"] == FORMAT_LINES
+    assert doc["format"] == FORMAT_MEAN
     back = Enrolment.from_json(e.to_json())
     assert back.lines is not None and back.summary()["envelope_lines"] is True
     assert back.id == Enrolment.from_json(back.to_json()).id
@@ -174,6 +213,16 @@ def test_an_enrolment_with_lines_is_format_7_and_round_trips(
     broken = {**doc, "model": {k: v for k, v in doc["model"].items() if k != "lines"}}
     with pytest.raises(ConfigError, match="needs envelope lines"):
         Enrolment.from_json(json.dumps(broken))
+    # session 24's files (format /7, no mean) load and run the segment's statistic only
+    old = json.loads(_enrolment(_segment_only(healthy_profile)).to_json())
+    assert old["format"] == FORMAT_LINES and "mean" not in old["model"]["lines"]
+    back7 = Enrolment.from_json(json.dumps(old)).lines
+    assert back7 is not None and back7.mean_reference is None
+    with pytest.raises(ConfigError, match="without a mean in a file of format"):
+        Enrolment.from_json(json.dumps({**old, "format": FORMAT_MEAN}))
+    other = {**doc["model"]["lines"], "mean": {**doc["model"]["lines"]["mean"], "average": 2}}
+    with pytest.raises(ConfigError, match="enrol the station again"):
+        LinesProfile.from_record(other, "t")
 
 
 def test_a_deaf_station_s_detector_makes_no_hit_a_hearing_one_s_does() -> None:

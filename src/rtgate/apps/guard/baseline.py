@@ -118,6 +118,7 @@ __all__ = [
     "FORMAT",
     "FORMATS",
     "FORMAT_LINES",
+    "FORMAT_MEAN",
     "FORMAT_MODEL",
     "FORMAT_SLOW",
     "FORMAT_STEADY",
@@ -153,6 +154,7 @@ FORMAT_MODEL = "rtgate-guard-enrolment/4"  # /4: /3 and the station's own model
 FORMAT_SLOW = "rtgate-guard-enrolment/5"  # /5: /3 or /4 and the slow range per feature
 FORMAT_STEADY = "rtgate-guard-enrolment/6"  # /6: /5 and the running median's range
 FORMAT_LINES = "rtgate-guard-enrolment/7"  # /7: /6 and the envelope's lines (lines.py)
+FORMAT_MEAN = "rtgate-guard-enrolment/8"  # /8: /7 and the lines' mean over 5.12 s
 FORMATS = (
     "rtgate-guard-enrolment/1",
     "rtgate-guard-enrolment/2",
@@ -161,6 +163,7 @@ FORMATS = (
     FORMAT_SLOW,
     FORMAT_STEADY,
     FORMAT_LINES,
+    FORMAT_MEAN,
 )
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
@@ -350,20 +353,21 @@ class Enrolment:
             out["station_model"] = True
         if self.slow_scale is not None:  # formats /5 and /6 only
             out["slow_range"] = True
-        if self.persist_scale is not None:  # formats /6 and /7
+        if self.persist_scale is not None:  # formats /6 to /8
             out["median_range"] = True
-        if self.lines is not None:  # format /7 only
+        if self.lines is not None:  # formats /7 and /8
             out["envelope_lines"] = True
+            out["envelope_lines_mean"] = self.lines.mean_reference is not None
         return out
 
     def to_json(self) -> str:
         """The file's text: format /3, /4 with a station model, /5 with the slow range, /6
-        with the median's range too, /7 with the envelope's lines too."""
+        with the median's range too, /7 with the envelope's lines too, /8 with their mean."""
         fmt = FORMAT if self.station_model is None else FORMAT_MODEL
         if self.slow_scale is not None:
             fmt = FORMAT_SLOW if self.persist_scale is None else FORMAT_STEADY
         if self.lines is not None:
-            fmt = FORMAT_LINES
+            fmt = FORMAT_LINES if self.lines.mean_reference is None else FORMAT_MEAN
         doc: dict[str, Any] = {
             "format": fmt,
             "station": self.station,
@@ -417,12 +421,12 @@ class Enrolment:
             raise ConfigError(f"{where}: a file of format {FORMAT_MODEL} needs a station_model")
         fmt = doc["format"]
         if (
-            fmt in (FORMAT_MODEL, FORMAT_SLOW, FORMAT_STEADY, FORMAT_LINES)
+            fmt in (FORMAT_MODEL, FORMAT_SLOW, FORMAT_STEADY, FORMAT_LINES, FORMAT_MEAN)
             and "station_model" in model
         ):
             own = StationModel.from_record(model["station_model"], where)  # older: none
         slow_scale, slow_alpha = None, SLOW_ALPHA
-        if fmt in (FORMAT_SLOW, FORMAT_STEADY, FORMAT_LINES):  # older: no slow range, as before
+        if fmt in (FORMAT_SLOW, FORMAT_STEADY, FORMAT_LINES, FORMAT_MEAN):  # older: no slow range
             slow = model.get("slow")
             if not isinstance(slow, dict):
                 raise ConfigError(f"{where}: a file of format {FORMAT_SLOW} needs a slow range")
@@ -431,7 +435,7 @@ class Enrolment:
             if not isinstance(slow_alpha, int | float):
                 raise ConfigError(f"{where}: the slow average's alpha must be a number")
         persist_scale = None
-        if fmt in (FORMAT_STEADY, FORMAT_LINES):  # older formats: no median's range, as before
+        if fmt in (FORMAT_STEADY, FORMAT_LINES, FORMAT_MEAN):  # older: no median's range
             persist = model.get("persist")
             if not isinstance(persist, dict):
                 raise ConfigError(f"{where}: a file of format {fmt} needs a median range")
@@ -442,10 +446,15 @@ class Enrolment:
                 )
             persist_scale = _vector(persist, "scale", where)
         lines = None
-        if fmt == FORMAT_LINES:  # older formats: no envelope lines, as before
+        if fmt in (FORMAT_LINES, FORMAT_MEAN):  # older formats: no envelope lines, as before
             if "lines" not in model:
-                raise ConfigError(f"{where}: a file of format {FORMAT_LINES} needs envelope lines")
+                raise ConfigError(f"{where}: a file of format {fmt} needs envelope lines")
             lines = LinesProfile.from_record(model["lines"], where)
+            if (lines.mean_reference is None) != (fmt == FORMAT_LINES):
+                raise ConfigError(
+                    f"{where}: envelope lines {'with' if fmt == FORMAT_LINES else 'without'} "
+                    f"a mean in a file of format {fmt}"
+                )
         try:
             return cls(
                 station,

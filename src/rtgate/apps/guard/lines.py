@@ -1,4 +1,5 @@
-"""New lines in the envelope's spectrum over 1.28 s: a faint defect the station never had.
+"""New lines in the envelope's spectrum over 1.28 s and 5.12 s: a faint defect the station
+never had.
 
 A bearing defect is a train of impacts at its defect rate, each ringing a resonance; the
 envelope of a band that holds the resonance then repeats at that rate, and its spectrum has
@@ -22,14 +23,26 @@ while it was enrolled**". Per station:
 - the statistic: the highest, over bands and over rates ``f`` in ``F_MIN_HZ``-``F_MAX_HZ``,
   of the mean of ``new`` at ``f`` and its harmonics up to ``HARMONICS`` (each the best of
   its bin and the two next to it: slip and speed wander smear a line);
-- a hit when the statistic is over the station's own highest on its recording (``top``)
-  plus the rule's margin on ``CONSECUTIVE`` evaluations in a row (0.32 s apart); the hit
-  holds until the next evaluation.
+- the same again on ``A``, the mean of ``L`` over the last ``AVERAGE`` segments that do not
+  overlap (the newest and those 1.28, 2.56 and 3.84 s before it: 5.12 s, Welch's
+  averaging), against a reference and a top of its own: a line stays where it is from one
+  segment to the next and the noise does not, so the noise's spread halves and a line
+  half as strong stands out, seconds later (the mean holds segments from before the onset
+  for up to 5 s). The segment's statistic stays for what is strong enough to show at once;
+- how far each is over the station's own highest on its recording (``top``) plus the
+  rule's margin, the larger of the two (``Lines.last``); a hit when it is over on
+  ``CONSECUTIVE`` evaluations in a row (0.32 s apart); the hit holds until the next
+  evaluation.
+
+The mean is there from a station's ``HEARD``-th window (5.12 s) after a start or a reset;
+before, the segment's statistic alone decides. A profile of enrolment format /7 (session
+24) has no mean: its station runs the segment's statistic only.
 
 The stations take turns (station ``i`` is evaluated when its window count is ``i`` modulo
 ``STEP``), so a tick does the spectra of a sixteenth of the stations, after the tick's stops
 are published (``pipeline.py``): the clause adds stops seconds after a faint onset and never
-delays a window's end -> stop. It only adds hits, and only on enrolled stations (format /7).
+delays a window's end -> stop. It only adds hits, and only on enrolled stations (format /7,
+and /8 with the mean).
 """
 
 from __future__ import annotations
@@ -45,15 +58,18 @@ from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE
 from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = [
+    "AVERAGE",
     "CONSECUTIVE",
     "F_MAX_HZ",
     "F_MIN_HZ",
     "HARMONICS",
+    "HEARD",
     "LINES_MARGIN",
     "STEP",
     "WINDOWS",
     "Lines",
     "LinesProfile",
+    "averaged",
     "lines_profile",
     "statistic",
 ]
@@ -61,6 +77,10 @@ __all__ = [
 F32 = npt.NDArray[np.float32]
 WINDOWS = 64  # 1.28 s of envelope: 2,048 samples per band, bins of 0.78 Hz
 STEP = 16  # windows between a station's evaluations (0.32 s)
+AVERAGE = 4  # segments that do not overlap in the mean (5.12 s)
+_APART = WINDOWS // STEP  # evaluations between two segments that do not overlap
+_SPAN = (AVERAGE - 1) * _APART + 1  # evaluations whose spectra the mean reads
+HEARD = AVERAGE * WINDOWS  # windows before a station's first mean
 F_MIN_HZ, F_MAX_HZ = 15.0, 260.0  # the defect rates looked for
 HARMONICS = 3
 NORM_HZ = (15.0, 600.0)  # the bins whose median is a segment's floor
@@ -69,6 +89,7 @@ CONSECUTIVE = 2  # evaluations in a row over the bar
 LINES_MARGIN = 0.5  # the rules' default margin (chosen on validation seeds, docs/guard.md)
 MIN_SEGMENTS = 8  # a recording gives a profile from this many segments on
 _T = WINDOWS * N_SUB
+_UNHEARD = np.float32(1e6)  # the reference where a station has no mean: nothing is new there
 _RATE = RATE / (HOP // N_SUB)  # envelope samples per second (1,600)
 
 
@@ -120,46 +141,84 @@ def statistic(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
     return out
 
 
-def _segments(envelopes: F32, spans: Sequence[tuple[int, int]]) -> F32:
-    """Every ``STEP`` windows of each span that has heard ``WINDOWS``: ``(S, bands, T)``."""
+def _segments(envelopes: F32, a: int, b: int) -> F32:
+    """Every ``STEP`` windows of ``[a, b)`` once it has heard ``WINDOWS``: ``(S, bands, T)``."""
     out = []
-    for a, b in spans:
-        for end in range(a + WINDOWS, b + 1, STEP):
-            seg = envelopes[end - WINDOWS : end]  # (WINDOWS, bands, N_SUB)
-            out.append(seg.transpose(1, 0, 2).reshape(len(CREST_BANDS), _T))
+    for end in range(a + WINDOWS, b + 1, STEP):
+        seg = envelopes[end - WINDOWS : end]  # (WINDOWS, bands, N_SUB)
+        out.append(seg.transpose(1, 0, 2).reshape(len(CREST_BANDS), _T))
     if not out:
         return np.zeros((0, len(CREST_BANDS), _T), np.float32)
     return np.stack(out).astype(np.float32)
 
 
+def averaged(spectra: npt.ArrayLike) -> F32:
+    """``A`` of the module doc for one run's consecutive evaluations ``(S, bands, bins)``
+    (one every ``STEP`` windows): ``(S - _SPAN + 1, bands, bins)``, the first for the
+    evaluation that has heard ``HEARD`` windows."""
+    sp = np.asarray(spectra, np.float32)
+    n = len(sp) - _SPAN + 1
+    if n <= 0:
+        return np.zeros((0, *sp.shape[1:]), np.float32)
+    acc = sp[:n].copy()
+    for k in range(1, AVERAGE):
+        acc += sp[k * _APART : k * _APART + n]
+    acc *= np.float32(1.0 / AVERAGE)
+    return acc
+
+
+def _check(reference: F32, top: float, segments: int, what: str) -> None:
+    ref = np.asarray(reference)
+    if ref.shape != (len(CREST_BANDS), _GRID.bins) or not np.isfinite(ref).all():
+        raise ConfigError(
+            f"the envelope lines' {what}reference must be {len(CREST_BANDS)} x {_GRID.bins} "
+            "finite numbers"
+        )
+    if not (np.isfinite(top) and top >= 0 and segments >= MIN_SEGMENTS):
+        raise ConfigError(
+            f"the envelope lines' {what}statistic needs a top >= 0 and >= {MIN_SEGMENTS} segments"
+        )
+
+
+def _rounded(reference: F32) -> list[list[float]]:
+    return [[round(float(v), 3) for v in band] for band in reference]
+
+
 @dataclass(frozen=True)
 class LinesProfile:
     """A station's envelope spectra while healthy: ``reference`` ``(bands, bins)`` (the
-    ``REFERENCE_Q`` quantile of ``L`` over the recording's segments) and ``top``, the highest
-    statistic of those segments over it."""
+    ``REFERENCE_Q`` quantile of ``L`` over the recording's segments), ``top``, the highest
+    statistic of those segments over it, and ``segments``, how many there were; ``mean_*``
+    the same for ``A`` (None, 0: a profile of format /7, no mean)."""
 
     reference: F32
     top: float
     segments: int
+    mean_reference: F32 | None = None
+    mean_top: float = 0.0
+    mean_segments: int = 0
 
     def __post_init__(self) -> None:
-        ref = np.asarray(self.reference)
-        if ref.shape != (len(CREST_BANDS), _GRID.bins) or not np.isfinite(ref).all():
-            raise ConfigError(
-                f"the envelope lines' reference must be {len(CREST_BANDS)} x {_GRID.bins} "
-                "finite numbers"
-            )
-        if not (np.isfinite(self.top) and self.top >= 0 and self.segments >= MIN_SEGMENTS):
-            raise ConfigError(f"the envelope lines need a top >= 0 and >= {MIN_SEGMENTS} segments")
+        _check(self.reference, self.top, self.segments, "")
+        if self.mean_reference is not None:
+            _check(self.mean_reference, self.mean_top, self.mean_segments, "mean's ")
 
     def record(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "windows": WINDOWS,
             "step": STEP,
             "segments": self.segments,
             "top": round(float(self.top), 4),
-            "reference": [[round(float(v), 3) for v in band] for band in self.reference],
+            "reference": _rounded(self.reference),
         }
+        if self.mean_reference is not None:
+            out["mean"] = {
+                "average": AVERAGE,
+                "segments": self.mean_segments,
+                "top": round(float(self.mean_top), 4),
+                "reference": _rounded(self.mean_reference),
+            }
+        return out
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any], where: str) -> LinesProfile:
@@ -171,9 +230,25 @@ class LinesProfile:
                 f"{data.get('step')!r}; this version uses {WINDOWS} every {STEP}: enrol the "
                 "station again"
             )
+        mean = data.get("mean")
+        if mean is not None and (not isinstance(mean, Mapping) or mean.get("average") != AVERAGE):
+            got = mean.get("average") if isinstance(mean, Mapping) else mean
+            raise ConfigError(
+                f"{where}: envelope lines with a mean of {got!r} segments; this version uses "
+                f"{AVERAGE}: enrol the station again"
+            )
         try:
             ref = np.asarray(data["reference"], np.float32)
-            return cls(ref, float(data["top"]), int(data["segments"]))
+            if mean is None:
+                return cls(ref, float(data["top"]), int(data["segments"]))
+            return cls(
+                ref,
+                float(data["top"]),
+                int(data["segments"]),
+                np.asarray(mean["reference"], np.float32),
+                float(mean["top"]),
+                int(mean["segments"]),
+            )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ConfigError):
                 raise ConfigError(f"{where}: {e}") from None
@@ -189,14 +264,24 @@ def lines_profile(
     env = np.asarray(envelopes, np.float32)
     if env.ndim != 3 or env.shape[1:] != (len(CREST_BANDS), N_SUB):
         raise InvalidRequest(f"envelopes must be (windows, {len(CREST_BANDS)}, {N_SUB})")
-    segs = _segments(env, spans)
-    if len(segs) < MIN_SEGMENTS:
+    runs = [log_spectra(_segments(env, a, b)) for a, b in spans]
+    empty = np.zeros((0, len(CREST_BANDS), _GRID.bins), np.float32)
+    spectra = np.concatenate([empty, *runs])
+    if len(spectra) < MIN_SEGMENTS:
         return None
-    spectra = log_spectra(segs)
-    # rounded as the file keeps them, so a station decides alike before and after a reload
+    reference, top = _fit(spectra)
+    means = np.concatenate([empty, *(averaged(r) for r in runs)])
+    if len(means) < MIN_SEGMENTS:  # too short for the mean: the segment's statistic only
+        return LinesProfile(reference, top, len(spectra))
+    mean_reference, mean_top = _fit(means)
+    return LinesProfile(reference, top, len(spectra), mean_reference, mean_top, len(means))
+
+
+def _fit(spectra: F32) -> tuple[F32, float]:
+    """The reference and the top of healthy spectra, rounded as the file keeps them (so a
+    station decides alike before and after a reload)."""
     reference = np.round(np.quantile(spectra, REFERENCE_Q, axis=0), 3).astype(np.float32)
-    top = round(float(statistic(spectra, reference).max()), 4)
-    return LinesProfile(reference, top, len(segs))
+    return reference, round(float(statistic(spectra, reference).max()), 4)
 
 
 class Lines:
@@ -206,7 +291,7 @@ class Lines:
     ``margins`` the rule's margin (0: off). :meth:`step` takes each station's newest
     window's envelopes ``(N, bands, N_SUB)`` and returns which stations' next window is a
     hit. ``last`` holds each station's latest statistic over its bar (``stat - top -
-    margin``; -inf before its first evaluation).
+    margin``, the larger of the segment's and the mean's; -inf before its first evaluation).
     """
 
     def __init__(
@@ -225,12 +310,20 @@ class Lines:
             dtype=bool,
         )
         self.bar = np.full(n, np.inf, np.float32)
+        self.mean_bar = np.full(n, np.inf, np.float32)
         self._reference = np.zeros((n, nb, _GRID.bins), np.float32)
+        self._mean_reference = np.full((n, nb, _GRID.bins), _UNHEARD, np.float32)
         for i, p in enumerate(profiles):
             if p is not None and self.active[i]:
                 self.bar[i] = p.top + float(m[i])
                 self._reference[i] = p.reference
+                if p.mean_reference is not None:
+                    self.mean_bar[i] = p.mean_top + float(m[i])
+                    self._mean_reference[i] = p.mean_reference
         self._ring = np.zeros((n, WINDOWS, nb, N_SUB), np.float32)
+        # the spectra of each station's last _SPAN evaluations, a ring by evaluation count
+        self._spectra = np.zeros((n, _SPAN, nb, _GRID.bins), np.float32)
+        self._evals = np.zeros(n, np.int64)
         self._heard = np.zeros(n, np.int64)
         self._phase = np.arange(n) % STEP
         self._run = np.zeros(n, np.int64)
@@ -241,6 +334,7 @@ class Lines:
         """Forget one station's envelopes (or every station's): a new recording."""
         sel = slice(None) if stream is None else stream
         self._heard[sel] = 0
+        self._evals[sel] = 0
         self._run[sel] = 0
         self.hot[sel] = False
         self.last[sel] = -np.inf
@@ -270,8 +364,20 @@ class Lines:
                 order = (start[:, None] + np.arange(WINDOWS)) % WINDOWS
                 seg = np.take_along_axis(self._ring[rows_due], order[:, :, None, None], axis=1)
             seg = seg.transpose(0, 2, 1, 3).reshape(len(rows_due), len(CREST_BANDS), _T)
-            stat = statistic(log_spectra(seg), self._reference[rows_due])
-            over = stat - self.bar[rows_due]
+            spectra = log_spectra(seg)
+            over = statistic(spectra, self._reference[rows_due]) - self.bar[rows_due]
+            evals = self._evals[rows_due]
+            self._spectra[rows_due, evals % _SPAN] = spectra
+            self._evals[rows_due] = evals + 1
+            full = (evals + 1 >= _SPAN) & np.isfinite(self.mean_bar[rows_due])
+            if full.any():
+                rows_full, newest = rows_due[full], evals[full]
+                mean = self._spectra[rows_full, newest % _SPAN]  # a copy: fancy indexing
+                for k in range(1, AVERAGE):
+                    mean += self._spectra[rows_full, (newest - k * _APART) % _SPAN]
+                mean *= np.float32(1.0 / AVERAGE)
+                by_mean = statistic(mean, self._mean_reference[rows_full])
+                over[full] = np.maximum(over[full], by_mean - self.mean_bar[rows_full])
             self.last[rows_due] = over
             run = np.where(over >= 0, self._run[rows_due] + 1, 0)
             self._run[rows_due] = run
