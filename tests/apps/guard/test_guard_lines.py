@@ -231,6 +231,10 @@ def test_a_deaf_station_s_detector_makes_no_hit_a_hearing_one_s_does() -> None:
     hearing = _enrolment(_zero_profile(), p99=t - 4.0, p999=t - 2.0)
     base = Baselines([deaf, hearing], persist=[6.0, 6.0], lines=[LINES_MARGIN] * 2)
     assert base.deaf.tolist() == [True, False]
+    # the mean over 5.12 s only where the detector is deaf (it also hears a lasting
+    # difference between two healthy recordings, which the detector does not stop on)
+    assert base.lines is not None
+    assert np.isfinite(base.lines.mean_bar).tolist() == [True, False]
     # where the detector hears, the lines need LINES_HEARING times the margin
     assert base.lines_margin.tolist() == pytest.approx([LINES_MARGIN, LINES_MARGIN * LINES_HEARING])
     feats = np.zeros((2, N_FEATURES), np.float32)

@@ -666,7 +666,7 @@ class Baselines:
         self._ms = np.zeros((n, N_FEATURES), np.float32)
         self._ts = np.zeros((n, N_FEATURES), np.float32)
         self._slow_low = np.zeros(n, np.float32)
-        # the envelope's lines (format /7; lines.py): evaluated outside, by a ``Lines``
+        # the envelope's lines (formats /7, /8; lines.py): evaluated outside, by a ``Lines``
         lm = np.zeros(n, np.float32) if lines is None else np.asarray(lines, np.float32)
         if lm.shape != (n,):
             raise InvalidRequest(f"{len(lm)} lines margins for {n} stations")
@@ -678,9 +678,16 @@ class Baselines:
             has, np.where(self.deaf, lm, lm * np.float32(LINES_HEARING)), 0.0
         ).astype(np.float32)
         self.lines_clause = bool((self.lines_margin > 0).any())
-        # the stations' envelope lines, stepped after each tick (``step_lines``)
+        # the stations' envelope lines, stepped after each tick (``step_lines``); their mean
+        # over 5.12 s only where the detector is deaf: it also hears a lasting difference
+        # between two healthy recordings of a motor, and where the detector hears, it stops
+        # what the mean would add (docs/guard.md, Session 25)
         self.lines = (
-            Lines([e.lines if e is not None else None for e in enrolments], self.lines_margin)
+            Lines(
+                [e.lines if e is not None else None for e in enrolments],
+                self.lines_margin,
+                means=self.deaf,
+            )
             if self.lines_clause
             else None
         )

@@ -287,8 +287,9 @@ def _fit(spectra: F32) -> tuple[F32, float]:
 class Lines:
     """The clause of the module doc for ``n_streams`` stations, one window at a time.
 
-    ``profiles``: per station its :class:`LinesProfile` (None: never evaluated) and
-    ``margins`` the rule's margin (0: off). :meth:`step` takes each station's newest
+    ``profiles``: per station its :class:`LinesProfile` (None: never evaluated),
+    ``margins`` the rule's margin (0: off) and ``means`` which stations use the mean too
+    (default: every one whose profile has it). :meth:`step` takes each station's newest
     window's envelopes ``(N, bands, N_SUB)`` and returns which stations' next window is a
     hit. ``last`` holds each station's latest statistic over its bar (``stat - top -
     margin``, the larger of the segment's and the mean's; -inf before its first evaluation).
@@ -298,8 +299,12 @@ class Lines:
         self,
         profiles: Sequence[LinesProfile | None],
         margins: Sequence[float] | npt.ArrayLike | None = None,
+        means: Sequence[bool] | npt.ArrayLike | None = None,
     ) -> None:
         n = len(profiles)
+        use_mean = np.ones(n, dtype=bool) if means is None else np.asarray(means, dtype=bool)
+        if use_mean.shape != (n,):
+            raise InvalidRequest(f"{len(use_mean)} mean flags for {n} stations")
         m = np.full(n, LINES_MARGIN, np.float32) if margins is None else np.asarray(margins)
         if m.shape != (n,):
             raise InvalidRequest(f"{len(m)} lines margins for {n} stations")
@@ -317,12 +322,17 @@ class Lines:
             if p is not None and self.active[i]:
                 self.bar[i] = p.top + float(m[i])
                 self._reference[i] = p.reference
-                if p.mean_reference is not None:
+                if p.mean_reference is not None and use_mean[i]:
                     self.mean_bar[i] = p.mean_top + float(m[i])
                     self._mean_reference[i] = p.mean_reference
         self._ring = np.zeros((n, WINDOWS, nb, N_SUB), np.float32)
-        # the spectra of each station's last _SPAN evaluations, a ring by evaluation count
-        self._spectra = np.zeros((n, _SPAN, nb, _GRID.bins), np.float32)
+        # the spectra of the last _SPAN evaluations of each station that uses the mean (its
+        # slot; -1: none), a ring by evaluation count; written once here, so the pages are
+        # the process's before the first tick (160 KB a station)
+        meaned = np.isfinite(self.mean_bar)
+        self._slot = np.where(meaned, np.cumsum(meaned) - 1, -1)
+        self._spectra = np.empty((int(meaned.sum()), _SPAN, nb, _GRID.bins), np.float32)
+        self._spectra.fill(0.0)
         self._evals = np.zeros(n, np.int64)
         self._heard = np.zeros(n, np.int64)
         self._phase = np.arange(n) % STEP
@@ -366,15 +376,16 @@ class Lines:
             seg = seg.transpose(0, 2, 1, 3).reshape(len(rows_due), len(CREST_BANDS), _T)
             spectra = log_spectra(seg)
             over = statistic(spectra, self._reference[rows_due]) - self.bar[rows_due]
-            evals = self._evals[rows_due]
-            self._spectra[rows_due, evals % _SPAN] = spectra
+            evals, slot = self._evals[rows_due], self._slot[rows_due]
+            kept = slot >= 0
+            self._spectra[slot[kept], evals[kept] % _SPAN] = spectra[kept]
             self._evals[rows_due] = evals + 1
-            full = (evals + 1 >= _SPAN) & np.isfinite(self.mean_bar[rows_due])
+            full = kept & (evals + 1 >= _SPAN)
             if full.any():
-                rows_full, newest = rows_due[full], evals[full]
-                mean = self._spectra[rows_full, newest % _SPAN]  # a copy: fancy indexing
+                rows_full, slots, newest = rows_due[full], slot[full], evals[full]
+                mean = self._spectra[slots, newest % _SPAN]  # a copy: fancy indexing
                 for k in range(1, AVERAGE):
-                    mean += self._spectra[rows_full, (newest - k * _APART) % _SPAN]
+                    mean += self._spectra[slots, (newest - k * _APART) % _SPAN]
                 mean *= np.float32(1.0 / AVERAGE)
                 by_mean = statistic(mean, self._mean_reference[rows_full])
                 over[full] = np.maximum(over[full], by_mean - self.mean_bar[rows_full])
