@@ -281,3 +281,41 @@ def test_rings_of_different_ages_read_their_own_last_windows_in_order() -> None:
                 assert lines.last[i] == pytest.approx(want, rel=1e-5, abs=1e-6)
                 checked += 1
     assert checked >= 3
+
+
+def test_the_mean_reads_its_own_station_s_last_segments_that_do_not_overlap() -> None:
+    # stations 0 and 16 share a turn but heard different numbers of windows; only the mean
+    # can reach the bar (the segment's reference is out of reach), so ``last`` is the mean's
+    bins = np.fft.rfftfreq(WINDOWS * N_SUB, 1 / (RATE / (HOP // N_SUB)))
+    zeros = np.zeros((len(CREST_BANDS), len(bins)), np.float32)
+    profile = LinesProfile(np.full_like(zeros, 1e6), 0.0, 8, zeros, 0.0, 8)
+    n = 17
+    lines = Lines([profile] * n, [0.01] * n)
+    rng = np.random.default_rng(4)
+    fed: list[list[F32]] = [[] for _ in range(n)]
+    for _ in range(STEP):
+        e = rng.random((1, len(CREST_BANDS), N_SUB)).astype(np.float32) + 0.1
+        lines.step(e, [16])
+        fed[16].append(e[0])
+    checked = 0
+    for _ in range(HEARD + 2 * STEP):
+        e = rng.random((n, len(CREST_BANDS), N_SUB)).astype(np.float32) + 0.1
+        before = lines.last.copy()
+        lines.step(e)
+        for i in range(n):
+            fed[i].append(e[i])
+        for i in (0, 16):
+            if lines.last[i] == before[i]:
+                continue
+            if len(fed[i]) < HEARD:  # no mean yet: the segment's statistic, under its bar
+                assert lines.last[i] < 0
+                continue
+            spectra = []
+            for k in range(AVERAGE):
+                end = len(fed[i]) - k * WINDOWS
+                seg = np.stack(fed[i][end - WINDOWS : end]).transpose(1, 0, 2)
+                spectra.append(log_spectra(seg.reshape(len(CREST_BANDS), -1)[None])[0])
+            want = statistic(np.mean(spectra, axis=0)[None], zeros)[0] - lines.mean_bar[i]
+            assert lines.last[i] == pytest.approx(want, rel=1e-4, abs=1e-5)
+            checked += 1
+    assert checked >= 4

@@ -26,9 +26,10 @@ while it was enrolled**". Per station:
 - the same again on ``A``, the mean of ``L`` over the last ``AVERAGE`` segments that do not
   overlap (the newest and those 1.28, 2.56 and 3.84 s before it: 5.12 s, Welch's
   averaging), against a reference and a top of its own: a line stays where it is from one
-  segment to the next and the noise does not, so the noise's spread halves and a line
-  half as strong stands out, seconds later (the mean holds segments from before the onset
-  for up to 5 s). The segment's statistic stays for what is strong enough to show at once;
+  segment to the next and the noise does not, so the noise's spread halves and a comb about
+  1.5-2 dB fainter stands out (``tests/apps/guard/test_guard_lines.py``), seconds later (the
+  mean holds segments from before the onset for up to 5 s). The segment's statistic stays
+  for what is strong enough to show at once;
 - how far each is over the station's own highest on its recording (``top``) plus the
   rule's margin, the larger of the two (``Lines.last``); a hit when it is over on
   ``CONSECUTIVE`` evaluations in a row (0.32 s apart); the hit holds until the next
@@ -36,7 +37,10 @@ while it was enrolled**". Per station:
 
 The mean is there from a station's ``HEARD``-th window (5.12 s) after a start or a reset;
 before, the segment's statistic alone decides. A profile of enrolment format /7 (session
-24) has no mean: its station runs the segment's statistic only.
+24) has no mean: its station runs the segment's statistic only. ``baseline.Baselines`` gives
+the mean to deaf stations only: it also hears a lasting difference between two healthy
+recordings of a motor, and where the detector hears, the detector stops what it would add
+(docs/guard.md, Session 25).
 
 The stations take turns (station ``i`` is evaluated when its window count is ``i`` modulo
 ``STEP``), so a tick does the spectra of a sixteenth of the stations, after the tick's stops
@@ -89,7 +93,6 @@ CONSECUTIVE = 2  # evaluations in a row over the bar
 LINES_MARGIN = 0.5  # the rules' default margin (chosen on validation seeds, docs/guard.md)
 MIN_SEGMENTS = 8  # a recording gives a profile from this many segments on
 _T = WINDOWS * N_SUB
-_UNHEARD = np.float32(1e6)  # the reference where a station has no mean: nothing is new there
 _RATE = RATE / (HOP // N_SUB)  # envelope samples per second (1,600)
 
 
@@ -317,20 +320,23 @@ class Lines:
         self.bar = np.full(n, np.inf, np.float32)
         self.mean_bar = np.full(n, np.inf, np.float32)
         self._reference = np.zeros((n, nb, _GRID.bins), np.float32)
-        self._mean_reference = np.full((n, nb, _GRID.bins), _UNHEARD, np.float32)
+        mean_refs: list[F32] = []  # by slot (below)
         for i, p in enumerate(profiles):
             if p is not None and self.active[i]:
                 self.bar[i] = p.top + float(m[i])
                 self._reference[i] = p.reference
                 if p.mean_reference is not None and use_mean[i]:
                     self.mean_bar[i] = p.mean_top + float(m[i])
-                    self._mean_reference[i] = p.mean_reference
+                    mean_refs.append(p.mean_reference)
         self._ring = np.zeros((n, WINDOWS, nb, N_SUB), np.float32)
         # the spectra of the last _SPAN evaluations of each station that uses the mean (its
         # slot; -1: none), a ring by evaluation count; written once here, so the pages are
         # the process's before the first tick (160 KB a station)
         meaned = np.isfinite(self.mean_bar)
         self._slot = np.where(meaned, np.cumsum(meaned) - 1, -1)
+        self._mean_reference = np.zeros((len(mean_refs), nb, _GRID.bins), np.float32)
+        for k, ref in enumerate(mean_refs):
+            self._mean_reference[k] = ref
         self._spectra = np.empty((int(meaned.sum()), _SPAN, nb, _GRID.bins), np.float32)
         self._spectra.fill(0.0)
         self._evals = np.zeros(n, np.int64)
@@ -387,7 +393,7 @@ class Lines:
                 for k in range(1, AVERAGE):
                     mean += self._spectra[slots, (newest - k * _APART) % _SPAN]
                 mean *= np.float32(1.0 / AVERAGE)
-                by_mean = statistic(mean, self._mean_reference[rows_full])
+                by_mean = statistic(mean, self._mean_reference[slots])
                 over[full] = np.maximum(over[full], by_mean - self.mean_bar[rows_full])
             self.last[rows_due] = over
             run = np.where(over >= 0, self._run[rows_due] + 1, 0)
