@@ -7,6 +7,7 @@ station's detector makes no hit."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -254,19 +255,22 @@ def test_a_deaf_station_s_detector_makes_no_hit_a_hearing_one_s_does() -> None:
     assert high < 0.92
 
 
-def test_rings_of_different_ages_read_their_own_last_windows_in_order() -> None:
-    # stations 0 and 16 share a turn; station 16 heard 16 windows more, so their rings start
-    # at different places: each statistic must be the one of its own last WINDOWS windows
+def _changes_at_two_ages(
+    profile: LinesProfile, seed: int, windows: int
+) -> Iterator[tuple[Lines, int, list[F32]]]:
+    """17 stations of ``profile`` fed random envelopes for ``windows`` windows after station
+    16 heard ``STEP`` windows alone: stations 0 and 16 share a turn, but their rings start at
+    different places. Yields the tracker, the station and what it heard, oldest first, each
+    time station 0's or 16's ``last`` changes."""
     n = 17
-    lines = Lines([_zero_profile()] * n, [0.01] * n)
-    rng = np.random.default_rng(3)
+    lines = Lines([profile] * n, [0.01] * n)
+    rng = np.random.default_rng(seed)
     fed: list[list[F32]] = [[] for _ in range(n)]
     for _ in range(STEP):
         e = rng.random((1, len(CREST_BANDS), N_SUB)).astype(np.float32) + 0.1
         lines.step(e, [16])
         fed[16].append(e[0])
-    checked = 0
-    for _ in range(WINDOWS + STEP):
+    for _ in range(windows):
         e = rng.random((n, len(CREST_BANDS), N_SUB)).astype(np.float32) + 0.1
         before = lines.last.copy()
         lines.step(e)
@@ -274,48 +278,40 @@ def test_rings_of_different_ages_read_their_own_last_windows_in_order() -> None:
             fed[i].append(e[i])
         for i in (0, 16):
             if lines.last[i] != before[i]:
-                last = np.stack(fed[i][-WINDOWS:])  # (WINDOWS, bands, N_SUB), oldest first
-                seg = last.transpose(1, 0, 2).reshape(len(CREST_BANDS), -1)
-                ref = np.zeros((len(CREST_BANDS), seg.shape[1] // 2 + 1), np.float32)
-                want = statistic(log_spectra(seg[None]), ref)[0] - lines.bar[i]
-                assert lines.last[i] == pytest.approx(want, rel=1e-5, abs=1e-6)
-                checked += 1
+                yield lines, i, fed[i]
+
+
+def _spectrum(heard: list[F32], end: int) -> F32:
+    """``L`` of the segment of ``heard`` ending at ``end``."""
+    seg = np.stack(heard[end - WINDOWS : end]).transpose(1, 0, 2)  # (bands, WINDOWS, N_SUB)
+    out: F32 = log_spectra(seg.reshape(len(CREST_BANDS), -1)[None])[0]
+    return out
+
+
+def test_rings_of_different_ages_read_their_own_last_windows_in_order() -> None:
+    # each statistic must be the one of the station's own last WINDOWS windows
+    checked = 0
+    for lines, i, heard in _changes_at_two_ages(_zero_profile(), 3, WINDOWS + STEP):
+        spectrum = _spectrum(heard, len(heard))
+        want = statistic(spectrum[None], np.zeros_like(spectrum))[0] - lines.bar[i]
+        assert lines.last[i] == pytest.approx(want, rel=1e-5, abs=1e-6)
+        checked += 1
     assert checked >= 3
 
 
 def test_the_mean_reads_its_own_station_s_last_segments_that_do_not_overlap() -> None:
-    # stations 0 and 16 share a turn but heard different numbers of windows; only the mean
-    # can reach the bar (the segment's reference is out of reach), so ``last`` is the mean's
+    # only the mean can reach the bar (the segment's reference is out of reach), so from
+    # HEARD windows on ``last`` is the mean's over the station's own last AVERAGE segments
     bins = np.fft.rfftfreq(WINDOWS * N_SUB, 1 / (RATE / (HOP // N_SUB)))
     zeros = np.zeros((len(CREST_BANDS), len(bins)), np.float32)
     profile = LinesProfile(np.full_like(zeros, 1e6), 0.0, 8, zeros, 0.0, 8)
-    n = 17
-    lines = Lines([profile] * n, [0.01] * n)
-    rng = np.random.default_rng(4)
-    fed: list[list[F32]] = [[] for _ in range(n)]
-    for _ in range(STEP):
-        e = rng.random((1, len(CREST_BANDS), N_SUB)).astype(np.float32) + 0.1
-        lines.step(e, [16])
-        fed[16].append(e[0])
     checked = 0
-    for _ in range(HEARD + 2 * STEP):
-        e = rng.random((n, len(CREST_BANDS), N_SUB)).astype(np.float32) + 0.1
-        before = lines.last.copy()
-        lines.step(e)
-        for i in range(n):
-            fed[i].append(e[i])
-        for i in (0, 16):
-            if lines.last[i] == before[i]:
-                continue
-            if len(fed[i]) < HEARD:  # no mean yet: the segment's statistic, under its bar
-                assert lines.last[i] < 0
-                continue
-            spectra = []
-            for k in range(AVERAGE):
-                end = len(fed[i]) - k * WINDOWS
-                seg = np.stack(fed[i][end - WINDOWS : end]).transpose(1, 0, 2)
-                spectra.append(log_spectra(seg.reshape(len(CREST_BANDS), -1)[None])[0])
-            want = statistic(np.mean(spectra, axis=0)[None], zeros)[0] - lines.mean_bar[i]
-            assert lines.last[i] == pytest.approx(want, rel=1e-4, abs=1e-5)
-            checked += 1
+    for lines, i, heard in _changes_at_two_ages(profile, 4, HEARD + 2 * STEP):
+        if len(heard) < HEARD:  # no mean yet: the segment's statistic, under its bar
+            assert lines.last[i] < 0
+            continue
+        spectra = [_spectrum(heard, len(heard) - k * WINDOWS) for k in range(AVERAGE)]
+        want = statistic(np.mean(spectra, axis=0)[None], zeros)[0] - lines.mean_bar[i]
+        assert lines.last[i] == pytest.approx(want, rel=1e-4, abs=1e-5)
+        checked += 1
     assert checked >= 4
