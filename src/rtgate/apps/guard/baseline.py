@@ -723,12 +723,6 @@ class Baselines:
             return np.zeros(n, dtype=bool)
         return self.lines.step(envelope, rows)
 
-    @property
-    def _lines_last(self) -> F32:
-        if self.lines is None:
-            return np.full(len(self.lines_margin), -np.inf, np.float32)
-        return self.lines.last
-
     def reset(self, stream: int | None = None) -> None:
         """Forget the averages of one station (or all): a new recording."""
         sel = slice(None) if stream is None else stream
@@ -876,11 +870,14 @@ class Baselines:
                 self.last_persist[rows] / self.persist_threshold[rows] - 1.0,
                 -np.inf,
             )
-            lines = np.where(
-                self.lines_margin[rows] > 0,
-                self._lines_last[rows] / np.maximum(self.lines_margin[rows], 1e-6),
-                -np.inf,
-            )
+            if self.lines is None:  # no station has the clause: no evidence from it
+                lines = np.full(len(rows), -np.inf)
+            else:
+                lines = np.where(
+                    self.lines_margin[rows] > 0,
+                    self.lines.last[rows] / np.maximum(self.lines_margin[rows], 1e-6),
+                    -np.inf,
+                )
         ev = np.maximum(persist, lines).astype(np.float32)
         t = self._t[rows]
         logit = np.clip(t + np.float32(EVIDENCE_SLOPE) * ev, -LOGIT_BOUND, t - DEAF_GAP)

@@ -273,7 +273,6 @@ def _run(
         [r.persist for r in per],
         [r.lines for r in per],
     )
-    lines = envelopes is not None and base.lines_clause
     lined = np.zeros(n, dtype=bool)
     eng = RuleEngine(rules, names, [e is not None for e in enrolments])
     seen = np.zeros((n, fleet.score_w), np.float32)
@@ -284,7 +283,7 @@ def _run(
         if rhythm is not None and base.rhythm_clause and t:
             hit = base.rhythmic(rhythm[:, t - 1])
             novel = hit if novel is None else novel | hit
-        if lines and envelopes is not None:
+        if envelopes is not None and base.lines_clause:
             novel = lined if novel is None else novel | lined
             lined = base.step_lines(envelopes[:, t])
         seen[:, t] = s
