@@ -167,3 +167,59 @@ def test_a_drive_running_up_brings_the_defect_impacts_closer() -> None:
     rate = m.bearing.bpfo(10.0)
     assert first == pytest.approx(2 * rate, rel=0.1)
     assert last == pytest.approx(2 * 2 * rate, rel=0.1)
+
+
+def _octaves(x: np.ndarray) -> np.ndarray:
+    """The level of ``x`` in the octave bands from 62.5 Hz to 8 kHz (dB)."""
+    spec = np.abs(np.fft.rfft(x.astype(np.float64))) ** 2
+    f = np.fft.rfftfreq(len(x), 1 / RATE)
+    edges = 62.5 * 2.0 ** np.arange(7)
+    return np.array([10 * np.log10(spec[(f >= lo) & (f < 2 * lo)].sum() + 1e-20) for lo in edges])
+
+
+def test_another_day_is_the_same_machine_with_new_noise() -> None:
+    rng = np.random.default_rng(11)
+    m = outside.draw_machine(rng, FAMILIES[1])
+    stranger = outside.draw_machine(rng, FAMILIES[1])  # another machine of the family
+    today = make_station(m, 4.0, None, 0.0, 0.0)
+    again = make_station(m, 4.0, None, 0.0, 0.0)
+    other_day = make_station(m, 4.0, None, 0.0, 0.0, day=1)
+    np.testing.assert_array_equal(today.audio, again.audio)
+    assert abs(np.corrcoef(today.audio, other_day.audio)[0, 1]) < 0.5  # new waveforms
+    assert other_day.machine.shaft_hz == pytest.approx(m.shaft_hz, rel=outside.DAY_SPEED)
+    assert abs(other_day.machine.level_dbfs - m.level_dbfs) <= outside.DAY_LEVEL_DB
+    assert other_day.machine.backgrounds == m.backgrounds
+    # its sound is the machine's: nearer to the same machine's day 0 than another machine's
+    ref = _octaves(today.audio)
+    near = np.abs(_octaves(other_day.audio) - ref).mean()
+    far = np.abs(_octaves(make_station(stranger, 4.0, None, 0.0, 0.0).audio) - ref).mean()
+    assert near < far / 2
+
+
+def test_enrolment_on_another_day_keeps_the_scored_part() -> None:
+    from rtgate.apps.guard.evaluate_outside import enrolled_on_day
+
+    station = make_stations(2, enrol_s=30.0, score_s=6.0)[1]
+    cut = 30 * RATE
+    moved = enrolled_on_day(station, 1, cut)
+    assert len(moved.audio) == len(station.audio) and moved.fault == station.fault
+    np.testing.assert_array_equal(moved.audio[cut:], station.audio[cut:])
+    assert not np.allclose(moved.audio[:cut], station.audio[:cut])
+
+
+def test_an_installation_keeps_its_tones_on_another_day_its_noise_new() -> None:
+    n = 2 * RATE
+
+    def peak(x: np.ndarray) -> float:  # the strongest tone under 1 kHz (the lobe pass)
+        spec = np.abs(np.fft.rfft(x))
+        f = np.fft.rfftfreq(n, 1 / RATE)
+        low = (f > 20) & (f < 1000)
+        return float(f[low][np.argmax(spec[low])])
+
+    today = outside._compressor(np.random.default_rng(5), n)
+    other = outside._compressor(np.random.default_rng(5), n, np.random.default_rng(9))
+    assert peak(today) == peak(other) and not np.allclose(today, other)
+    belt = outside._conveyor(np.random.default_rng(5), n)
+    assert not np.allclose(
+        belt, outside._conveyor(np.random.default_rng(5), n, np.random.default_rng(9))
+    )

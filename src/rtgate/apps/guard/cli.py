@@ -534,6 +534,15 @@ def evaluate(
             "--station-model", help="outside: also each station's own model (enroll's option)"
         ),
     ] = False,
+    enrol_day: Annotated[
+        int,
+        typer.Option(
+            "--enrol-day",
+            help="outside: enrol each station on its machine's recording of another day "
+            "(1, 2, ...: new noise, events, speed set point and levels; 0: the first part of "
+            "the scored recording)",
+        ),
+    ] = 0,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
 ) -> None:
     """Evaluate the detector on a set it was never trained or tuned on.
@@ -555,10 +564,11 @@ def evaluate(
                 baseline=baseline,
                 log=lambda s: console.print(s),
                 station_model=station_model,
+                enrol_day=enrol_day,
             )
         elif set_ == "unseen":
-            if baseline is not None:
-                raise InvalidRequest("--baseline runs with --set outside")
+            if baseline is not None or enrol_day:
+                raise InvalidRequest("--baseline and --enrol-day run with --set outside")
             from rtgate.apps.guard.evaluate import evaluate as run_unseen
 
             report = run_unseen(model, clips, 2000 if seed is None else seed, seconds=8.0)

@@ -58,11 +58,18 @@ from rtgate.apps.guard.evaluate_enrolment import (
     _ways,
 )
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
-from rtgate.apps.guard.outside import FAMILIES, SEED, Station, describe, make_stations
+from rtgate.apps.guard.outside import (
+    FAMILIES,
+    SEED,
+    Station,
+    describe,
+    make_station,
+    make_stations,
+)
 from rtgate.apps.guard.rules import Rule, Rules
 from rtgate.core.errors import InvalidRequest
 
-__all__ = ["STRONG_DB", "evaluate_outside"]
+__all__ = ["STRONG_DB", "enrolled_on_day", "evaluate_outside"]
 
 STRONG_DB = -12.0  # the delay goal is for faults at this level and louder
 
@@ -163,6 +170,16 @@ def _dcase(
     return out
 
 
+def enrolled_on_day(station: Station, day: int, enrol_n: int) -> Station:
+    """``station`` with its first ``enrol_n`` samples (what enrolment hears) taken from
+    ``day``'s healthy recording of the same machine, the same length and speed profile; the
+    scored part after them is unchanged."""
+    m = station.machine
+    other = make_station(m, len(station.audio) / RATE, None, 0.0, 0.0, day=day)
+    audio = np.concatenate([other.audio[:enrol_n], station.audio[enrol_n:]])
+    return replace(station, audio=audio)
+
+
 def evaluate_outside(
     model: str | Path | None = None,
     n_stations: int = 100,
@@ -174,16 +191,23 @@ def evaluate_outside(
     dcase_epochs: int = 100,
     log: Any = None,
     station_model: bool = False,
+    enrol_day: int = 0,
 ) -> dict[str, Any]:
     """The report described in the module doc. ``station_model``: fit each station's own
     model too (``station_model.py``) and add the ways ``enrolled_station_model`` and
-    ``enrolled_accepting_stops_station_model``."""
+    ``enrolled_accepting_stops_station_model``. ``enrol_day``: enrol each station on another
+    day's healthy recording of its machine (``outside.make_station``'s ``day``) instead of
+    the first part of the recording that is scored (0)."""
     if n_stations < 10 or enrol_s < 30 or score_s < 6:
         raise InvalidRequest("need >= 10 stations, enrol_s >= 30 and score_s >= 6")
     if baseline not in (None, "dcase2020"):
         raise InvalidRequest(f"unknown baseline {baseline!r} (dcase2020)")
+    if enrol_day < 0:
+        raise InvalidRequest(f"enrol_day must be >= 0, got {enrol_day}")
     stations = make_stations(n_stations, seed, enrol_s, score_s)
     enrol_w, score_w = int(enrol_s * RATE) // HOP, int(score_s * RATE) // HOP
+    if enrol_day:
+        stations = [enrolled_on_day(s, enrol_day, enrol_w * HOP) for s in stations]
     fleet = _Fleet(stations, [",".join(s.machine.backgrounds) for s in stations], enrol_w, score_w)
     own = [e for e, _ in _enrol_all(fleet, model, station_model)]
     fitted = [replace(e, station_model=None) for e in own]  # the same numbers without it
@@ -198,6 +222,7 @@ def evaluate_outside(
         "stations": n_stations,
         "enrol_s": enrol_s,
         "score_s": score_s,
+        "enrol_day": enrol_day,
         "fault_rms_db": [-22.0, -6.0],
         "refused_by_enroll": sum(1 for e in accepted if e is None),
     }

@@ -35,7 +35,9 @@ half of the stations develop a fault part-way through the scored part.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -56,7 +58,12 @@ __all__ = [
 ]
 
 SEED = 18_2026  # fixed: the outside set is this seed; another seed is another set
+# What changes for one machine from one day to another (``make_station``'s ``day``):
+DAY_SPEED = 0.01  # the set point, relative (a fixed-speed motor's slip under another load)
+DAY_BACKGROUND_DB = 3.0  # the backgrounds' level over the machine's
+DAY_LEVEL_DB = 1.0  # the machine's level
 F64 = npt.NDArray[np.float64]
+Gen = np.random.Generator
 F32 = npt.NDArray[np.float32]
 Bands = tuple[tuple[float, float], ...]
 
@@ -203,6 +210,14 @@ def _band(rng: np.random.Generator, n: int, lo: float, hi: float) -> F64:
     return _unit(np.fft.irfft(spec, n))
 
 
+def _both(rng: Gen, day: Gen | None, draw: Callable[[Gen], F64]) -> F64:
+    """``draw(rng)``, or on another ``day`` ``draw(day)`` after ``draw(rng)`` all the same:
+    ``rng`` goes on as on day 0, so what is drawn from it next (a machine's or an
+    installation's identity) is day 0's."""
+    out = draw(rng)
+    return out if day is None else draw(day)
+
+
 def _ring(
     modes: tuple[float, ...], damping: float, seconds: float, rng: np.random.Generator
 ) -> F64:
@@ -234,7 +249,7 @@ def _speed(m: Machine, n: int, rng: np.random.Generator) -> F64:
     return out
 
 
-def _machine_sound(m: Machine, fr: F64, rng: np.random.Generator) -> F64:
+def _machine_sound(m: Machine, fr: F64, rng: np.random.Generator, day: Gen | None = None) -> F64:
     n = len(fr)
     t = np.arange(n) / RATE
     phase = 2 * np.pi * np.cumsum(fr) / RATE  # shaft angle
@@ -252,7 +267,8 @@ def _machine_sound(m: Machine, fr: F64, rng: np.random.Generator) -> F64:
     blade = m.fan_blades * phase
     for k in range(1, 3):
         x += rng.uniform(0.05, 0.3) * 0.5**k * np.sin(k * blade)
-    air = _band(rng, n, 100, rng.uniform(2500, 6000))
+    edge = rng.uniform(2500, 6000)
+    air = _both(rng, day, lambda g: _band(g, n, 100, edge))  # the same air, new noise
     x += rng.uniform(0.1, 0.4) * air * (1 + 0.2 * np.sin(blade))
     return x
 
@@ -322,31 +338,42 @@ def _forklift(rng: np.random.Generator, n: int) -> F64:
     return out
 
 
-def _compressor(rng: np.random.Generator, n: int) -> F64:
-    """A screw compressor: lobe-pass tones and a high band pulsating at the lobe rate."""
+def _compressor(rng: np.random.Generator, n: int, day: Gen | None = None) -> F64:
+    """A screw compressor: lobe-pass tones and a high band pulsating at the lobe rate. An
+    installation: on another ``day`` the same tones, the band's noise new."""
     t = np.arange(n) / RATE
     lobe = rng.choice([4, 5, 6]) * rng.uniform(50, 100)
     x = sum(rng.uniform(0.2, 1.0) * 0.6**k * np.sin(2 * np.pi * k * lobe * t) for k in range(1, 6))
     pulse = (0.5 + 0.5 * np.sin(2 * np.pi * lobe * t)) ** 4
-    x = x + rng.uniform(0.2, 0.6) * _band(rng, n, 1000, 6000) * (0.3 + pulse)
+    amp = rng.uniform(0.2, 0.6)
+    x = x + amp * _both(rng, day, lambda g: _band(g, n, 1000, 6000)) * (0.3 + pulse)
     return np.asarray(x, dtype=np.float64)
 
 
-def _conveyor(rng: np.random.Generator, n: int) -> F64:
-    """Roller rumble, a belt splice clicking over the rollers, totes rattling."""
-    x = _band(rng, n, 30, 800)
-    splice = np.zeros(n)
+def _conveyor(rng: np.random.Generator, n: int, day: Gen | None = None) -> F64:
+    """Roller rumble, a belt splice clicking over the rollers, totes rattling. An
+    installation: on another ``day`` the same belt (the splice's period and ring), the
+    rumble, the splice's phase and the totes new."""
+    x = _both(rng, day, lambda g: _band(g, n, 30, 800))
     period = rng.uniform(0.25, 1.0)
-    for t0 in np.arange(rng.uniform(0, period), n / RATE, period):
-        splice[int(t0 * RATE)] = rng.uniform(0.5, 1.0)
+
+    def clicks(g: Gen) -> F64:
+        splice = np.zeros(n)
+        for t0 in np.arange(g.uniform(0, period), n / RATE, period):
+            splice[int(t0 * RATE)] = g.uniform(0.5, 1.0)
+        return splice
+
+    splice = _both(rng, day, clicks)
     x += 2.0 * _fftconv(splice, _ring((float(rng.uniform(400, 1500)),), 0.05, 0.05, rng))
-    rattle = (rng.random(n) < rng.uniform(5, 15) / RATE) * rng.uniform(0.1, 0.5, n)
+    rattle = _both(
+        rng, day, lambda g: (g.random(n) < g.uniform(5, 15) / RATE) * g.uniform(0.1, 0.5, n)
+    )
     x += _fftconv(rattle, _ring((float(rng.uniform(800, 2500)),), 0.03, 0.02, rng))
     return x
 
 
-_BACKGROUNDS = {"babble": _babble, "forklift": _forklift, "compressor": _compressor,
-                "conveyor": _conveyor}  # fmt: skip
+_BACKGROUNDS = {"babble": _babble, "forklift": _forklift}  # people and vehicles passing by
+_INSTALLED = {"compressor": _compressor, "conveyor": _conveyor}  # there every day
 
 
 def _defect(m: Machine, fault: Fault, fr: F64, onset: int, rng: np.random.Generator) -> F64:
@@ -383,26 +410,67 @@ def _microphone(rng: np.random.Generator) -> F64:
     return h
 
 
+def _passing(source: Callable[[Gen, int], F64], n: int, g: Gen) -> F64:
+    """A passing background's ``n`` samples at its level in the mix."""
+    out: F64 = _unit(source(g, n)) * g.uniform(0.6, 1.0)
+    return out
+
+
+def _level_on(day: np.random.Generator, level: float, change: float) -> float:
+    """``level`` moved by up to ``change`` dB, kept inside the outside band it is in (so
+    that another day's recording never enters the training simulator's levels)."""
+    lo, hi = next(b for b in PARTITION["level_dbfs"][1] if b[0] <= level <= b[1])
+    return float(np.clip(level + day.uniform(-change, change), lo, hi))
+
+
 def make_station(
-    m: Machine, seconds: float, fault: Fault | None, onset_s: float, fault_rms_db: float
+    m: Machine,
+    seconds: float,
+    fault: Fault | None,
+    onset_s: float,
+    fault_rms_db: float,
+    day: int = 0,
 ) -> Station:
-    """``seconds`` of machine ``m``; ``fault`` from ``onset_s`` at ``fault_rms_db``."""
+    """``seconds`` of machine ``m``; ``fault`` from ``onset_s`` at ``fault_rms_db``.
+
+    ``day`` 0 is the set's recording. Another ``day`` is the same machine heard by the same
+    microphone on another day: its harmonics, resonances, fan, slots, hum, air band and
+    microphone path are the same, and what changes from day to day is drawn afresh from
+    ``(m.seed, day)``: every noise's waveform (the air, the hiss, the installations'
+    rumble), the people and vehicles passing by, the totes on a conveyor, the backgrounds'
+    level (by up to :data:`DAY_BACKGROUND_DB`; a compressor's lobes and a conveyor's belt are
+    the same installations every day), the benign impacts, the
+    speed's wander and its set point (by up to :data:`DAY_SPEED`: the load's slip, or a
+    drive set a little differently) and the machine's level (by up to :data:`DAY_LEVEL_DB`).
+    The identity is drawn from the same stream as day 0's, which is why every noise of day
+    0 is still drawn (and then replaced): day 0 stays the recording it always was."""
     rng = np.random.default_rng(m.seed)
+    alt = np.random.default_rng([m.seed, day]) if day else None
     n = int(seconds * RATE)
     fr = _speed(m, n, rng)
+    if alt is not None:
+        m = replace(
+            m,
+            shaft_hz=m.shaft_hz * (1 + alt.uniform(-DAY_SPEED, DAY_SPEED)),
+            background_db=m.background_db + alt.uniform(-DAY_BACKGROUND_DB, DAY_BACKGROUND_DB),
+            level_dbfs=_level_on(alt, m.level_dbfs, DAY_LEVEL_DB),
+        )
+        fr = _speed(m, n, alt)
     mic = _microphone(rng)
-    machine = _unit(_fftconv(_machine_sound(m, fr, rng), mic))
+    machine = _unit(_fftconv(_machine_sound(m, fr, rng, alt), mic))
     bg = np.zeros(n)
     for kind in m.backgrounds:
-        if kind != "none":
-            bg += _unit(_BACKGROUNDS[kind](rng, n)) * rng.uniform(0.6, 1.0)
-    bg += 0.05 * rng.standard_normal(n)
+        if kind in _INSTALLED:
+            bg += _unit(_INSTALLED[kind](rng, n, alt)) * rng.uniform(0.6, 1.0)
+        elif kind != "none":
+            bg += _both(rng, alt, partial(_passing, _BACKGROUNDS[kind], n))
+    bg += _both(rng, alt, lambda g: 0.05 * g.standard_normal(n))
     x = machine + _unit(bg) * 10 ** (m.background_db / 20)
-    x += _impacts(rng, n, m.impacts_per_s) * np.sqrt(np.mean(np.square(x)))
+    x += _both(rng, alt, lambda g: _impacts(g, n, m.impacts_per_s)) * np.sqrt(np.mean(np.square(x)))
     rms = float(np.sqrt(np.mean(np.square(x))))
     onset = int(onset_s * RATE)
     if fault is not None:
-        d = _fftconv(_defect(m, fault, fr, onset, rng), mic)
+        d = _fftconv(_defect(m, fault, fr, onset, rng if alt is None else alt), mic)
         d_rms = float(np.sqrt(np.mean(np.square(d[onset:])))) + 1e-12
         x += d * rms * 10 ** (fault_rms_db / 20) / d_rms
     x *= 10 ** (m.level_dbfs / 20) / rms
