@@ -20,7 +20,7 @@ from rtgate.apps.guard.baseline import EnrolmentStore
 from rtgate.apps.guard.cli import app
 from rtgate.apps.guard.detector import default_model_path
 from rtgate.apps.guard.features import RATE
-from rtgate.apps.guard.lines import HEARD, STEP, WINDOWS
+from rtgate.apps.guard.lines import HEARD, HOLD, STEP, WINDOWS
 from rtgate.apps.guard.simulate import BEARINGS, SPEEDS, Bearing, Motor, make_clip
 
 runner = CliRunner()
@@ -120,12 +120,13 @@ def test_a_fault_present_from_the_first_second_is_refused_and_a_new_one_still_st
     # ... and a new fault, once the machine has run without that sound, still stops it. The
     # detector was over the threshold on most of this recording: it is deaf on this station
     # (out of its domain, docs/guard.md Session 24), so the station's own clauses stop it
-    # (the envelope's new lines, the steady rise): seconds after the onset, not 200 ms
+    # (the envelope's new lines, the steady rise): seconds after the onset, not 200 ms (the
+    # lines' comb must hold its rate over HOLD evaluations, 0.32 s apart)
     assert kept.deaf_line is not None and kept.deaf_line > 2.44
     later = make_clip(ODD, 8.0, fault="inner", onset_s=3.0, severity_db=12.0, seed=5)
     write_wav(tmp_path / "later.wav", later.audio)
     res, _ = _scan(tmp_path / "later.wav", "M7", tmp_path / "e")
-    assert res["stops"] and 3000 < res["stops"][0]["t_ms"] <= 4500
+    assert res["stops"] and 3000 < res["stops"][0]["t_ms"] <= 4500 + (HOLD - 1) * 320
     assert res["stops"][0]["score"] < 0.92  # a deaf station's score never makes the hit
 
 
@@ -162,10 +163,11 @@ def test_provenance_is_stored_and_reported(
         "median_range": True,
         "envelope_lines": True,
         "envelope_lines_mean": True,
+        "envelope_lines_hold": HOLD,
     }
     # by default the median's range (and the slow range its veto needs) and the envelope's
-    # lines and their mean over 5.12 s: format /8
-    assert doc["format"] == "rtgate-guard-enrolment/8"
+    # lines, their mean over 5.12 s and tops for a comb held at one rate: format /9
+    assert doc["format"] == "rtgate-guard-enrolment/9"
     # each of the two recordings gives a mean from its 13th evaluation (HEARD windows) on
     lines = doc["model"]["lines"]
     assert lines["mean"]["segments"] == lines["segments"] - 2 * (HEARD - WINDOWS) // STEP

@@ -1,8 +1,9 @@
 """The envelope's new lines (``lines.py``): a healthy station's own combs stay under its bar,
 a faint defect it never had crosses it; the stations take turns; one evaluation over the bar
-is not a hit; the mean over 5.12 s hears a defect too faint for one segment; the profile
-round-trips through an enrolment of format /8 (and /7, without the mean, still loads); a deaf
-station's detector makes no hit."""
+is not a hit; a comb must hold its rate (new voices nearby are not a defect); the mean over
+5.12 s hears a defect too faint for one segment; the profile round-trips through an
+enrolment of format /9 (/7 and /8, whose tops are for one evaluation, still load and decide
+on one); a deaf station's detector makes no hit."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from rtgate.apps.guard import lines as lines_module
 from rtgate.apps.guard.baseline import (
     DEAF_GAP,
+    FORMAT_HELD,
     FORMAT_LINES,
     FORMAT_MEAN,
     FORMAT_STEADY,
@@ -27,12 +30,14 @@ from rtgate.apps.guard.lines import (
     AVERAGE,
     CONSECUTIVE,
     HEARD,
+    HOLD,
     LINES_MARGIN,
     STEP,
     WINDOWS,
     Lines,
     LinesProfile,
     averaged,
+    held,
     lines_profile,
     log_spectra,
     statistic,
@@ -96,8 +101,9 @@ def test_a_faint_defect_the_station_never_had_becomes_a_hit(healthy_profile: Lin
     hot = _hot_windows(healthy_profile, _machine(20.0, seed=3, defect_hz=37.0, db=-8.0))
     assert hot, "a 37 Hz impact train at -8 dB must cross the bar"
     assert _hot_windows(healthy_profile, _machine(20.0, seed=3, defect_hz=37.0, db=-20.0)) == []
-    # the first evaluations need WINDOWS windows of audio, then CONSECUTIVE evaluations
-    assert hot[0] >= WINDOWS - 1 + (CONSECUTIVE - 1) * STEP
+    # the first evaluations need WINDOWS windows of audio, then HOLD evaluations for the
+    # comb to hold its rate, then CONSECUTIVE of those
+    assert hot[0] >= WINDOWS - 1 + (HOLD - 1 + CONSECUTIVE - 1) * STEP
 
 
 def test_a_comb_the_station_always_had_stays_under_its_bar(healthy_profile: LinesProfile) -> None:
@@ -105,14 +111,57 @@ def test_a_comb_the_station_always_had_stays_under_its_bar(healthy_profile: Line
     assert _hot_windows(healthy_profile, 2.0 * _machine(12.0, seed=4)) == []
 
 
+def test_a_comb_counts_only_while_it_holds_its_rate() -> None:
+    rates = len(lines_module._GRID.harmonics[0])
+    steady = np.zeros((HOLD, len(CREST_BANDS), rates), np.float32)
+    for j in range(HOLD):  # a drive's ramp: one rate further at each evaluation
+        steady[j, 1, 50 + j] = 2.0
+    jumping = np.zeros_like(steady)
+    for j, r in enumerate([50, 80, 50, 120][:HOLD]):  # a voice: another pitch each time
+        jumping[j, 1, r] = 2.0
+    for acc, want in ((steady, 2.0), (jumping, 0.0)):
+        newest, earlier = acc[-1], [acc[-1 - j] for j in range(1, HOLD)]
+        assert float(held(newest[None], [e[None] for e in earlier])[0]) == pytest.approx(want)
+        assert float(held(newest[None], [])[0]) == pytest.approx(2.0)  # one evaluation: both
+
+
+def _talk(seconds: float, seed: int, voices: int) -> F32:
+    """:func:`_machine` with people talking beside it, twice as loud (the outside set's
+    babble: glottal pulses at moving pitches, in syllables)."""
+    from rtgate.apps.guard.outside import _babble, _unit
+
+    x = _machine(seconds, seed).astype(np.float64)
+    talk = _unit(_babble(np.random.default_rng(voices), len(x)))
+    out: F32 = (x + 2.0 * talk * x.std()).astype(np.float32)
+    return out
+
+
+def test_new_voices_are_not_new_lines_and_a_defect_among_them_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = _envelopes(_talk(30.0, seed=1, voices=100))
+    profile = lines_profile(env, [(0, len(env))])
+    monkeypatch.setattr(lines_module, "HOLD", 1)  # session 25's clause: one evaluation
+    single = lines_profile(env, [(0, len(env))])
+    monkeypatch.undo()
+    assert profile is not None and single is not None and (profile.hold, single.hold) == (HOLD, 1)
+    others = _talk(20.0, seed=2, voices=101)  # the next day, other people talking
+    assert _hot_windows(single, others), "one evaluation takes their pitch for a defect"
+    assert _hot_windows(profile, others) == []
+    defect = _machine(20.0, seed=3, defect_hz=61.0, db=-12.0) - _machine(20.0, seed=3)
+    assert _hot_windows(profile, _talk(20.0, seed=3, voices=105) + defect)
+
+
 def _segment_only(p: LinesProfile) -> LinesProfile:
-    return LinesProfile(p.reference, p.top, p.segments)
+    return LinesProfile(p.reference, p.top, p.segments, hold=p.hold)
 
 
 def _mean_only(p: LinesProfile) -> LinesProfile:
     assert p.mean_reference is not None
     never = np.full_like(p.reference, 1e6)  # no line is ever new to the segment's statistic
-    return LinesProfile(never, 0.0, p.segments, p.mean_reference, p.mean_top, p.mean_segments)
+    return LinesProfile(
+        never, 0.0, p.segments, p.mean_reference, p.mean_top, p.mean_segments, p.hold
+    )
 
 
 def test_the_mean_over_5_s_hears_a_defect_too_faint_for_one_segment(
@@ -124,7 +173,7 @@ def test_the_mean_over_5_s_hears_a_defect_too_faint_for_one_segment(
     assert _hot_windows(_segment_only(healthy_profile), faint) == []
     by_mean = _hot_windows(_mean_only(healthy_profile), faint)
     assert by_mean, "a 61 Hz impact train at -15 dB must cross the mean's bar"
-    assert by_mean[0] >= HEARD - 1 + (CONSECUTIVE - 1) * STEP  # the mean needs 5.12 s
+    assert by_mean[0] >= HEARD - 1 + (HOLD - 1 + CONSECUTIVE - 1) * STEP  # it needs 5.12 s
     assert _hot_windows(healthy_profile, faint)[0] == by_mean[0]  # either one makes the hit
     assert _hot_windows(_mean_only(healthy_profile), _machine(20.0, seed=2)) == []
 
@@ -199,14 +248,15 @@ def _enrolment(profile: LinesProfile | None, p99: float = -5.0, p999: float = -3
     )
 
 
-def test_an_enrolment_with_lines_is_format_8_and_round_trips(
+def test_an_enrolment_with_lines_is_format_9_and_round_trips(
     healthy_profile: LinesProfile,
 ) -> None:
     e = _enrolment(healthy_profile)
     doc = json.loads(e.to_json())
-    assert doc["format"] == FORMAT_MEAN
+    assert doc["format"] == FORMAT_HELD and doc["model"]["lines"]["hold"] == HOLD
     back = Enrolment.from_json(e.to_json())
-    assert back.lines is not None and back.summary()["envelope_lines"] is True
+    assert back.lines is not None and back.lines.hold == HOLD
+    assert back.summary()["envelope_lines"] is True
     assert back.id == Enrolment.from_json(back.to_json()).id
     older = _enrolment(None)
     assert json.loads(older.to_json())["format"] == FORMAT_STEADY
@@ -214,16 +264,36 @@ def test_an_enrolment_with_lines_is_format_8_and_round_trips(
     broken = {**doc, "model": {k: v for k, v in doc["model"].items() if k != "lines"}}
     with pytest.raises(ConfigError, match="needs envelope lines"):
         Enrolment.from_json(json.dumps(broken))
-    # session 24's files (format /7, no mean) load and run the segment's statistic only
-    old = json.loads(_enrolment(_segment_only(healthy_profile)).to_json())
+    with pytest.raises(ConfigError, match="with tops for a held comb in a file of format"):
+        Enrolment.from_json(json.dumps({**doc, "format": FORMAT_MEAN}))
+
+    # session 25's files (format /8) and session 24's (/7, no mean) load; their tops are
+    # for one evaluation, and they decide on one
+    def one(p: LinesProfile) -> LinesProfile:
+        return LinesProfile(p.reference, p.top, p.segments, p.mean_reference, p.mean_top,
+                            p.mean_segments)  # fmt: skip
+
+    s25 = json.loads(_enrolment(one(healthy_profile)).to_json())
+    assert s25["format"] == FORMAT_MEAN and "hold" not in s25["model"]["lines"]
+    back8 = Enrolment.from_json(json.dumps(s25)).lines
+    assert back8 is not None and back8.hold == 1 and back8.mean_reference is not None
+    with pytest.raises(ConfigError, match="without tops for a held comb in a file of format"):
+        Enrolment.from_json(json.dumps({**s25, "format": FORMAT_HELD}))
+    old = json.loads(_enrolment(LinesProfile(*_head(healthy_profile))).to_json())
     assert old["format"] == FORMAT_LINES and "mean" not in old["model"]["lines"]
     back7 = Enrolment.from_json(json.dumps(old)).lines
-    assert back7 is not None and back7.mean_reference is None
+    assert back7 is not None and back7.mean_reference is None and back7.hold == 1
     with pytest.raises(ConfigError, match="without a mean in a file of format"):
         Enrolment.from_json(json.dumps({**old, "format": FORMAT_MEAN}))
     other = {**doc["model"]["lines"], "mean": {**doc["model"]["lines"]["mean"], "average": 2}}
     with pytest.raises(ConfigError, match="enrol the station again"):
         LinesProfile.from_record(other, "t")
+    with pytest.raises(ConfigError, match="enrol the station again"):
+        LinesProfile.from_record({**doc["model"]["lines"], "hold": HOLD + 1}, "t")
+
+
+def _head(p: LinesProfile) -> tuple[F32, float, int]:
+    return p.reference, p.top, p.segments
 
 
 def test_a_deaf_station_s_detector_makes_no_hit_a_hearing_one_s_does() -> None:

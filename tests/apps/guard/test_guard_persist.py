@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rtgate.apps.guard.baseline import (
-    FORMAT_MEAN,
+    FORMAT_HELD,
     FORMAT_SLOW,
     FORMAT_STEADY,
     PERSIST_BAR,
@@ -235,7 +235,7 @@ def _enrol(audio: np.ndarray) -> Enrolment:
 
     rec = listen([(Source("c", "file", RATE), iter([audio]))], Detector(), 60.0)
     e = fit("C", rec, accept_stops=True).enrolment  # the default: format /6
-    assert e.persist_scale is not None and json.loads(e.to_json())["format"] == FORMAT_MEAN
+    assert e.persist_scale is not None and json.loads(e.to_json())["format"] == FORMAT_HELD
     return e
 
 

@@ -169,7 +169,7 @@ def test_files_keep_the_range_and_old_ones_load_without_it(tmp_path: Path) -> No
     assert d is not None and d.rhythm_max is None and d.id == _enrolment("D").id
     assert not Baselines([d], rhythm=[0.5]).rhythm_clause
 
-    old["format"] = "rtgate-guard-enrolment/9"
+    old["format"] = "rtgate-guard-enrolment/99"  # a later version's file
     (tmp_path / "D.json").write_text(json.dumps(old))
     with pytest.raises(ConfigError, match="enrol the station again"):
         store.load("D")

@@ -117,6 +117,7 @@ __all__ = [
     "EVIDENCE_SLOPE",
     "FORMAT",
     "FORMATS",
+    "FORMAT_HELD",
     "FORMAT_LINES",
     "FORMAT_MEAN",
     "FORMAT_MODEL",
@@ -155,6 +156,10 @@ FORMAT_SLOW = "rtgate-guard-enrolment/5"  # /5: /3 or /4 and the slow range per 
 FORMAT_STEADY = "rtgate-guard-enrolment/6"  # /6: /5 and the running median's range
 FORMAT_LINES = "rtgate-guard-enrolment/7"  # /7: /6 and the envelope's lines (lines.py)
 FORMAT_MEAN = "rtgate-guard-enrolment/8"  # /8: /7 and the lines' mean over 5.12 s
+FORMAT_HELD = "rtgate-guard-enrolment/9"  # /9: /7 or /8, tops for a comb held at one rate
+_LINED = (FORMAT_LINES, FORMAT_MEAN, FORMAT_HELD)  # the formats with each part
+_STEADIED = (FORMAT_STEADY, *_LINED)
+_SLOWED = (FORMAT_SLOW, *_STEADIED)
 FORMATS = (
     "rtgate-guard-enrolment/1",
     "rtgate-guard-enrolment/2",
@@ -164,6 +169,7 @@ FORMATS = (
     FORMAT_STEADY,
     FORMAT_LINES,
     FORMAT_MEAN,
+    FORMAT_HELD,
 )
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
@@ -353,21 +359,25 @@ class Enrolment:
             out["station_model"] = True
         if self.slow_scale is not None:  # formats /5 and /6 only
             out["slow_range"] = True
-        if self.persist_scale is not None:  # formats /6 to /8
+        if self.persist_scale is not None:  # formats /6 to /9
             out["median_range"] = True
-        if self.lines is not None:  # formats /7 and /8
+        if self.lines is not None:  # formats /7 to /9
             out["envelope_lines"] = True
             out["envelope_lines_mean"] = self.lines.mean_reference is not None
+            out["envelope_lines_hold"] = self.lines.hold
         return out
 
     def to_json(self) -> str:
         """The file's text: format /3, /4 with a station model, /5 with the slow range, /6
-        with the median's range too, /7 with the envelope's lines too, /8 with their mean."""
+        with the median's range too, /7 with the envelope's lines too, /8 with their mean, /9
+        with their tops for a comb held at one rate (what ``enroll`` writes)."""
         fmt = FORMAT if self.station_model is None else FORMAT_MODEL
         if self.slow_scale is not None:
             fmt = FORMAT_SLOW if self.persist_scale is None else FORMAT_STEADY
         if self.lines is not None:
             fmt = FORMAT_LINES if self.lines.mean_reference is None else FORMAT_MEAN
+            if self.lines.hold > 1:
+                fmt = FORMAT_HELD
         doc: dict[str, Any] = {
             "format": fmt,
             "station": self.station,
@@ -420,13 +430,10 @@ class Enrolment:
         if doc["format"] == FORMAT_MODEL and "station_model" not in model:
             raise ConfigError(f"{where}: a file of format {FORMAT_MODEL} needs a station_model")
         fmt = doc["format"]
-        if (
-            fmt in (FORMAT_MODEL, FORMAT_SLOW, FORMAT_STEADY, FORMAT_LINES, FORMAT_MEAN)
-            and "station_model" in model
-        ):
+        if fmt in (FORMAT_MODEL, *_SLOWED) and "station_model" in model:
             own = StationModel.from_record(model["station_model"], where)  # older: none
         slow_scale, slow_alpha = None, SLOW_ALPHA
-        if fmt in (FORMAT_SLOW, FORMAT_STEADY, FORMAT_LINES, FORMAT_MEAN):  # older: no slow range
+        if fmt in _SLOWED:  # older: no slow range
             slow = model.get("slow")
             if not isinstance(slow, dict):
                 raise ConfigError(f"{where}: a file of format {FORMAT_SLOW} needs a slow range")
@@ -435,7 +442,7 @@ class Enrolment:
             if not isinstance(slow_alpha, int | float):
                 raise ConfigError(f"{where}: the slow average's alpha must be a number")
         persist_scale = None
-        if fmt in (FORMAT_STEADY, FORMAT_LINES, FORMAT_MEAN):  # older: no median's range
+        if fmt in _STEADIED:  # older: no median's range
             persist = model.get("persist")
             if not isinstance(persist, dict):
                 raise ConfigError(f"{where}: a file of format {fmt} needs a median range")
@@ -446,11 +453,16 @@ class Enrolment:
                 )
             persist_scale = _vector(persist, "scale", where)
         lines = None
-        if fmt in (FORMAT_LINES, FORMAT_MEAN):  # older formats: no envelope lines, as before
+        if fmt in _LINED:  # older formats: no envelope lines, as before
             if "lines" not in model:
                 raise ConfigError(f"{where}: a file of format {fmt} needs envelope lines")
             lines = LinesProfile.from_record(model["lines"], where)
-            if (lines.mean_reference is None) != (fmt == FORMAT_LINES):
+            if (lines.hold > 1) != (fmt == FORMAT_HELD):
+                raise ConfigError(
+                    f"{where}: envelope lines {'without' if fmt == FORMAT_HELD else 'with'} "
+                    f"tops for a held comb in a file of format {fmt}"
+                )
+            if lines.hold == 1 and (lines.mean_reference is None) != (fmt == FORMAT_LINES):
                 raise ConfigError(
                     f"{where}: envelope lines {'with' if fmt == FORMAT_LINES else 'without'} "
                     f"a mean in a file of format {fmt}"
@@ -666,7 +678,7 @@ class Baselines:
         self._ms = np.zeros((n, N_FEATURES), np.float32)
         self._ts = np.zeros((n, N_FEATURES), np.float32)
         self._slow_low = np.zeros(n, np.float32)
-        # the envelope's lines (formats /7, /8; lines.py): evaluated outside, by a ``Lines``
+        # the envelope's lines (formats /7 to /9; lines.py): evaluated outside, by a ``Lines``
         lm = np.zeros(n, np.float32) if lines is None else np.asarray(lines, np.float32)
         if lm.shape != (n,):
             raise InvalidRequest(f"{len(lm)} lines margins for {n} stations")

@@ -30,6 +30,14 @@ while it was enrolled**". Per station:
   1.5-2 dB fainter stands out (``tests/apps/guard/test_guard_lines.py``), seconds later (the
   mean holds segments from before the onset for up to 5 s). The segment's statistic stays
   for what is strong enough to show at once;
+- **a comb must hold its rate**: each candidate rate's comb is taken at its least over the
+  last ``HOLD`` evaluations (0.96 s from the first to the newest), the ``j``-th earlier one
+  allowed ``j`` rates away (a drive's ramp), and the statistic is the best rate's. A
+  defect's rate follows the shaft and holds; the pitch of people talking nearby or a
+  passing forklift's firing does not, and a station enrolled on one day heard other voices
+  and vehicles than those of the next (docs/guard.md, Session 26: on another day's
+  enrolment, the lines' false stops fell from 18 stations to 7 over three validation seeds,
+  faults heard as many). The tops are fitted the same way, within each recording;
 - how far each is over the station's own highest on its recording (``top``) plus the
   rule's margin, the larger of the two (``Lines.last``); a hit when it is over on
   ``CONSECUTIVE`` evaluations in a row (0.32 s apart); the hit holds until the next
@@ -37,7 +45,8 @@ while it was enrolled**". Per station:
 
 The mean is there from a station's ``HEARD``-th window (5.12 s) after a start or a reset;
 before, the segment's statistic alone decides. A profile of enrolment format /7 (session
-24) has no mean: its station runs the segment's statistic only. ``baseline.Baselines`` gives
+24) has no mean: its station runs the segment's statistic only; /7 and /8 (session 25)
+profiles have tops for one evaluation and decide on one (``hold`` 1); /9 holds. ``baseline.Baselines`` gives
 the mean to deaf stations only: it also hears a lasting difference between two healthy
 recordings of a motor, and where the detector hears, the detector stops what it would add
 (docs/guard.md, Session 25).
@@ -46,7 +55,7 @@ The stations take turns (station ``i`` is evaluated when its window count is ``i
 ``STEP``), so a tick does the spectra of a sixteenth of the stations, after the tick's stops
 are published (``pipeline.py``): the clause adds stops seconds after a faint onset and never
 delays a window's end -> stop. It only adds hits, and only on enrolled stations (format /7,
-and /8 with the mean).
+/8 with the mean, /9 with tops for a held comb).
 """
 
 from __future__ import annotations
@@ -90,6 +99,7 @@ HARMONICS = 3
 NORM_HZ = (15.0, 600.0)  # the bins whose median is a segment's floor
 REFERENCE_Q = 0.95  # the reference: this quantile of the recording's segments, per bin
 CONSECUTIVE = 2  # evaluations in a row over the bar
+HOLD = 4  # evaluations a comb holds its rate through (1.28 s apart from first to last)
 LINES_MARGIN = 0.5  # the rules' default margin (chosen on validation seeds, docs/guard.md)
 MIN_SEGMENTS = 8  # a recording gives a profile from this many segments on
 _T = WINDOWS * N_SUB
@@ -129,9 +139,10 @@ def log_spectra(envelopes: npt.ArrayLike) -> F32:
     return out
 
 
-def statistic(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
-    """The comb of new lines of ``spectra`` ``(..., bands, bins)`` over ``reference``
-    ``(..., bands, bins)`` (broadcast): one number per leading index."""
+def combs(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
+    """Every candidate rate's comb of new lines of ``spectra`` ``(..., bands, bins)`` over
+    ``reference`` (broadcast): ``(..., bands, rates)``, the rates from ``F_MIN_HZ`` to
+    ``F_MAX_HZ`` one bin apart."""
     new = np.maximum(np.asarray(spectra, np.float32) - np.asarray(reference, np.float32), 0.0)
     best = new.copy()
     np.maximum(best[..., 1:], new[..., :-1], out=best[..., 1:])
@@ -140,8 +151,45 @@ def statistic(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
     for idx in _GRID.harmonics[1:]:
         acc += best[..., idx]
     acc /= np.float32(HARMONICS)
+    return acc
+
+
+def statistic(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
+    """The comb of new lines of ``spectra`` ``(..., bands, bins)`` over ``reference``
+    ``(..., bands, bins)`` (broadcast): one number per leading index, the best rate's."""
+    acc = combs(spectra, reference)
     out: F32 = acc.reshape(*acc.shape[:-2], -1).max(axis=-1)
     return out
+
+
+def _widened(acc: F32, w: int) -> F32:
+    """Each rate's best over the ``w`` rates on either side of it."""
+    out = acc.copy()
+    for k in range(1, w + 1):
+        np.maximum(out[..., k:], acc[..., :-k], out=out[..., k:])
+        np.maximum(out[..., :-k], acc[..., k:], out=out[..., :-k])
+    return out
+
+
+def held(acc: F32, earlier: Sequence[F32]) -> F32:
+    """The statistic of a comb held at one rate: per leading index, the best rate's least
+    comb over this evaluation's ``acc`` ``(..., bands, rates)`` and the ``earlier`` ones
+    (newest first), the ``j``-th earlier allowed to be ``j`` rates away (a drive's ramp)."""
+    cur = acc.copy()
+    for j, before in enumerate(earlier, start=1):
+        np.minimum(cur, _widened(before, j), out=cur)
+    out: F32 = cur.reshape(*cur.shape[:-2], -1).max(axis=-1)
+    return out
+
+
+def held_run(acc: F32) -> F32:
+    """:func:`held` over one run's consecutive evaluations ``(S, bands, rates)``: ``(S -
+    HOLD + 1,)``, the first for the ``HOLD``-th evaluation."""
+    n = len(acc) - HOLD + 1
+    if n <= 0:
+        return np.zeros(0, np.float32)
+    earlier = [acc[HOLD - 1 - j : HOLD - 1 - j + n] for j in range(1, HOLD)]
+    return held(acc[HOLD - 1 :], earlier)
 
 
 def _segments(envelopes: F32, a: int, b: int) -> F32:
@@ -200,11 +248,17 @@ class LinesProfile:
     mean_reference: F32 | None = None
     mean_top: float = 0.0
     mean_segments: int = 0
+    hold: int = 1
 
     def __post_init__(self) -> None:
         _check(self.reference, self.top, self.segments, "")
         if self.mean_reference is not None:
             _check(self.mean_reference, self.mean_top, self.mean_segments, "mean's ")
+        if self.hold not in (1, HOLD):
+            raise ConfigError(
+                f"the envelope lines' tops are for a comb held over {self.hold!r} evaluations; "
+                f"this version uses 1 or {HOLD}: enrol the station again"
+            )
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -214,6 +268,8 @@ class LinesProfile:
             "top": round(float(self.top), 4),
             "reference": _rounded(self.reference),
         }
+        if self.hold > 1:
+            out["hold"] = self.hold
         if self.mean_reference is not None:
             out["mean"] = {
                 "average": AVERAGE,
@@ -242,8 +298,11 @@ class LinesProfile:
             )
         try:
             ref = np.asarray(data["reference"], np.float32)
+            hold = data.get("hold", 1)
+            if not isinstance(hold, int):
+                raise ConfigError(f"the envelope lines' hold must be an integer, got {hold!r}")
             if mean is None:
-                return cls(ref, float(data["top"]), int(data["segments"]))
+                return cls(ref, float(data["top"]), int(data["segments"]), hold=hold)
             return cls(
                 ref,
                 float(data["top"]),
@@ -251,6 +310,7 @@ class LinesProfile:
                 np.asarray(mean["reference"], np.float32),
                 float(mean["top"]),
                 int(mean["segments"]),
+                hold,
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ConfigError):
@@ -272,19 +332,25 @@ def lines_profile(
     spectra = np.concatenate([empty, *runs])
     if len(spectra) < MIN_SEGMENTS:
         return None
-    reference, top = _fit(spectra)
-    means = np.concatenate([empty, *(averaged(r) for r in runs)])
-    if len(means) < MIN_SEGMENTS:  # too short for the mean: the segment's statistic only
-        return LinesProfile(reference, top, len(spectra))
+    reference, top = _fit(runs)
+    means = [averaged(r) for r in runs]
+    if sum(len(m) for m in means) < MIN_SEGMENTS:  # too short for the mean: segments only
+        return LinesProfile(reference, top, len(spectra), hold=HOLD)
     mean_reference, mean_top = _fit(means)
-    return LinesProfile(reference, top, len(spectra), mean_reference, mean_top, len(means))
+    n_means = sum(len(m) for m in means)
+    return LinesProfile(reference, top, len(spectra), mean_reference, mean_top, n_means, HOLD)
 
 
-def _fit(spectra: F32) -> tuple[F32, float]:
-    """The reference and the top of healthy spectra, rounded as the file keeps them (so a
-    station decides alike before and after a reload)."""
+def _fit(runs: Sequence[F32]) -> tuple[F32, float]:
+    """The reference and the top of healthy spectra, one array of consecutive evaluations
+    per run, rounded as the file keeps them (so a station decides alike before and after a
+    reload). The top is the highest held statistic within a run (:func:`held_run`); runs
+    all too short for it give the single evaluation's (higher: a bar that stops less)."""
+    spectra = np.concatenate(list(runs))
     reference = np.round(np.quantile(spectra, REFERENCE_Q, axis=0), 3).astype(np.float32)
-    return reference, round(float(statistic(spectra, reference).max()), 4)
+    tops = [held_run(combs(r, reference)) for r in runs if len(r) >= HOLD]
+    top = max(float(t.max()) for t in tops) if tops else float(statistic(spectra, reference).max())
+    return reference, round(top, 4)
 
 
 class Lines:
@@ -339,6 +405,13 @@ class Lines:
             self._mean_reference[k] = ref
         self._spectra = np.empty((int(meaned.sum()), _SPAN, nb, _GRID.bins), np.float32)
         self._spectra.fill(0.0)
+        # each station's combs of its last HOLD - 1 evaluations (and of its means'), a ring
+        # by evaluation count, for the held statistic; a profile of format /7 or /8 decides
+        # on one evaluation (hold 1), as it did
+        self._hold = np.array([1 if p is None else p.hold for p in profiles], np.int64)
+        rates = len(_GRID.harmonics[0])
+        self._combs = np.zeros((n, max(HOLD - 1, 1), nb, rates), np.float32)
+        self._mean_combs = np.zeros((len(mean_refs), max(HOLD - 1, 1), nb, rates), np.float32)
         self._evals = np.zeros(n, np.int64)
         self._heard = np.zeros(n, np.int64)
         self._phase = np.arange(n) % STEP
@@ -381,8 +454,10 @@ class Lines:
                 seg = np.take_along_axis(self._ring[rows_due], order[:, :, None, None], axis=1)
             seg = seg.transpose(0, 2, 1, 3).reshape(len(rows_due), len(CREST_BANDS), _T)
             spectra = log_spectra(seg)
-            over = statistic(spectra, self._reference[rows_due]) - self.bar[rows_due]
             evals, slot = self._evals[rows_due], self._slot[rows_due]
+            acc = combs(spectra, self._reference[rows_due])
+            holds = self._hold[rows_due]
+            over = _held_step(acc, self._combs, rows_due, evals, holds) - self.bar[rows_due]
             kept = slot >= 0
             self._spectra[slot[kept], evals[kept] % _SPAN] = spectra[kept]
             self._evals[rows_due] = evals + 1
@@ -393,7 +468,8 @@ class Lines:
                 for k in range(1, AVERAGE):
                     mean += self._spectra[slots, (newest - k * _APART) % _SPAN]
                 mean *= np.float32(1.0 / AVERAGE)
-                by_mean = statistic(mean, self._mean_reference[slots])
+                macc = combs(mean, self._mean_reference[slots])
+                by_mean = _held_step(macc, self._mean_combs, slots, newest + 1 - _SPAN, holds[full])
                 over[full] = np.maximum(over[full], by_mean - self.mean_bar[rows_full])
             self.last[rows_due] = over
             run = np.where(over >= 0, self._run[rows_due] + 1, 0)
@@ -401,3 +477,21 @@ class Lines:
             self.hot[rows_due] = run >= CONSECUTIVE
         out: npt.NDArray[np.bool_] = self.hot[idx].copy()
         return out
+
+
+def _held_step(acc: F32, ring: F32, keys: npt.NDArray[np.int64], count: npt.NDArray[np.int64],
+               hold: npt.NDArray[np.int64]) -> F32:  # fmt: skip
+    """One evaluation's statistic per row of ``acc`` ``(rows, bands, rates)``: the single
+    evaluation's where ``hold`` is 1, else :func:`held` over this and the row's last ``HOLD
+    - 1`` combs in ``ring`` (row ``keys``, this the ``count``-th evaluation, from 0; -inf
+    before the ``HOLD``-th). Writes this evaluation's combs into the ring."""
+    stat: F32 = acc.reshape(len(acc), -1).max(axis=1)
+    h = hold > 1
+    if h.any():
+        k, c = keys[h], count[h]
+        earlier = [ring[k, (c - j) % (HOLD - 1)] for j in range(1, HOLD)]
+        by_hold = held(acc[h], earlier)
+        by_hold[c + 1 < HOLD] = -np.inf
+        stat[h] = by_hold
+        ring[k, c % (HOLD - 1)] = acc[h]
+    return stat

@@ -11,7 +11,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     rhythm = 0.0                  # enrolled stations: a rhythm this far over its own is a hit
     slow = 0.0                    # enrolled stations (format /5): a slow rise this far is a hit
     persist = 6.0                 # enrolled stations (format /6): a steady rise this far (0: off)
-    lines = 0.5                   # enrolled stations (format /7, /8): new envelope lines (0: off)
+    lines = 0.5                   # enrolled stations (format /7-/9): new envelope lines (0: off)
     cooldown_s = 10.0             # no second stop from a station within this time
     topic = "rtgate/guard/{station}/stop"
 
@@ -118,10 +118,10 @@ class Rule:
     not when a knock hits one or two (docs/guard.md, Session 14). On by default at
     ``baseline.PERSIST_BAR``; files of formats /1-/5 decide as before it.
 
-    ``lines``: for a station whose enrolment measured its envelope spectra (format /7 or
-    /8, what ``guard enroll`` writes by default), a window is a hit as well when the
-    envelope's spectrum over the last 1.28 s (or its mean over 5.12 s, /8) has a comb of
-    lines the healthy recording never had,
+    ``lines``: for a station whose enrolment measured its envelope spectra (format /7 to
+    /9, /9 what ``guard enroll`` writes by default), a window is a hit as well when the
+    envelope's spectrum over the last 1.28 s (or its mean over 5.12 s, /8 and /9) has a comb
+    of lines the healthy recording never had, held at one rate over four evaluations (/9),
     this margin over the highest the recording reached, on two evaluations in a row
     (``lines.py``); 0 turns it off. A faint defect adds such lines seconds after its onset.
     On by default at ``lines.LINES_MARGIN`` (chosen on validation seeds, docs/guard.md
