@@ -46,10 +46,10 @@ while it was enrolled**". Per station:
 The mean is there from a station's ``HEARD``-th window (5.12 s) after a start or a reset;
 before, the segment's statistic alone decides. A profile of enrolment format /7 (session
 24) has no mean: its station runs the segment's statistic only; /7 and /8 (session 25)
-profiles have tops for one evaluation and decide on one (``hold`` 1); /9 holds. ``baseline.Baselines`` gives
-the mean to deaf stations only: it also hears a lasting difference between two healthy
-recordings of a motor, and where the detector hears, the detector stops what it would add
-(docs/guard.md, Session 25).
+profiles have tops for one evaluation and decide on one (``hold`` 1); /9 holds.
+``baseline.Baselines`` gives the mean to deaf stations only: it also hears a lasting
+difference between two healthy recordings of a motor, and where the detector hears, the
+detector stops what it would add (docs/guard.md, Session 25).
 
 The stations take turns (station ``i`` is evaluated when its window count is ``i`` modulo
 ``STEP``), so a tick does the spectra of a sixteenth of the stations, after the tick's stops
