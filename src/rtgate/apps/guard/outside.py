@@ -443,7 +443,9 @@ def make_station(
     speed's wander and its set point (by up to :data:`DAY_SPEED`: the load's slip, or a
     drive set a little differently) and the machine's level (by up to :data:`DAY_LEVEL_DB`).
     The identity is drawn from the same stream as day 0's, which is why every noise of day
-    0 is still drawn (and then replaced): day 0 stays the recording it always was."""
+    0 is still drawn (and then replaced): day 0 stays the recording it always was. The
+    number of those draws follows the length, so another day is the same machine only at
+    the same ``seconds`` (at another length the identity drawn is another machine's)."""
     rng = np.random.default_rng(m.seed)
     alt = np.random.default_rng([m.seed, day]) if day else None
     n = int(seconds * RATE)
