@@ -34,8 +34,8 @@ def _enrolment(
     p99: float | None = None,
 ) -> Enrolment:
     """A station's normal; ``q``: the 99.9th percentile of the detector's logit on its
-    recording (None: none measured, as in a file of format /2), its highest ``q + 0.5`` (over
-    the threshold: a deaf station, session 27); ``p99`` its 99th."""
+    recording (None: none measured, as in a file of format /2); ``p99`` its 99th (default
+    under the threshold: a station the detector hears, not a deaf one)."""
     mean = rng.normal(0, 2, N_FEATURES).astype(np.float32)
     sd = rng.uniform(0.05, 2, N_FEATURES).astype(np.float32)
     top = min(q + 0.5, LOGIT_BOUND) if q is not None else 0.0
@@ -57,11 +57,8 @@ def test_an_enrolment_moves_the_logit_by_a_bounded_amount() -> None:
     rng = np.random.default_rng(0)
     n = 64
     # no calibration, or one under the threshold: the move is the novelty's alone
-    # stations the detector hears: never over the line on their healthy recording (its
-    # highest logit, q + 0.5 here, under T)
-    qs = [None if i % 2 else float(rng.uniform(-8, T - 0.5)) for i in range(n)]
+    qs = [None if i % 2 else float(rng.uniform(-8, T)) for i in range(n)]
     base = Baselines([_enrolment(f"s{i}", rng, q) for i, q in enumerate(qs)])
-    assert not base.deaf.any()
     for t in range(200):
         feats = rng.normal(0, 3, (n, N_FEATURES)).astype(np.float32) * (t % 7)
         d = rng.normal(0, 6, n).astype(np.float32)
@@ -78,15 +75,11 @@ def test_an_enrolment_moves_the_logit_by_a_bounded_amount() -> None:
     assert np.all(top >= np.float32(0.9999))
 
 
-def test_a_station_the_detector_was_sure_about_while_healthy_is_deaf_to_it() -> None:
-    """Session 27: a detector over the line on any window of the healthy recording (here
-    on 0.1 % of them: its 99th percentile is under the threshold) is out of its domain on
-    that station; how sure it is later makes no hit, the station's own clauses decide."""
+def test_a_calibrated_station_overrules_the_absolute_score() -> None:
     rng = np.random.default_rng(8)
     q = 9.0  # the detector was this sure on the recording the operator calls healthy
-    e = _enrolment("A", rng, q, median=8.0, p99=T - 1.0)
+    e = _enrolment("A", rng, q, median=8.0)
     base = Baselines([e])
-    assert base.deaf.tolist() == [True]
     normal = e.mean[None, :]
 
     def seen(d: float) -> float:
@@ -94,22 +87,25 @@ def test_a_station_the_detector_was_sure_about_while_healthy_is_deaf_to_it() -> 
             base.adjust(normal, np.ones(1, np.float32), None, np.array([d], np.float32))[0]
         )
 
-    for d in (q, q + SHIFT_MAX + 0.1, 40.0, -10.0):
-        assert seen(d) < 0.92
-    # a station whose detector stayed under the line while healthy keeps its detector
-    calm = _enrolment("B", rng, T - 1.0, median=-8.0)
-    hearing = Baselines([calm])
-    assert hearing.deaf.tolist() == [False]
-    d = np.array([T + SHIFT_MAX + 0.1], np.float32)
-    assert hearing.adjust(calm.mean[None, :], np.ones(1, np.float32), None, d)[0] >= 0.92
+    # as sure as on the recording: overruled; surer than that by the shift: a hit
+    assert seen(q) < 0.92 and seen(q + SHIFT_MAX - 0.1) < 0.92
+    assert seen(q + SHIFT_MAX + 0.1) >= 0.92
+    # a worse fault: the logit keeps rising where the score has saturated
+    assert seen(40.0) > 0.999
+    # the machine runs quieter than while enrolling, then the detector jumps back under its
+    # range: no hit (Session 24 removed the rise over the detector's slow average, which
+    # stopped healthy stations on babble; docs/guard.md)
+    base.reset()
+    for _ in range(300):
+        assert seen(-10.0) < 0.5
+    assert seen(q - 1.0) < 0.92
 
 
-def test_bursts_on_a_station_the_detector_was_sure_about_do_not_stop_it() -> None:
+def test_bursts_under_a_calibrated_station_s_range_do_not_stop_it() -> None:
     """Outside seed 20261205 (Session 16): on stations the detector was sometimes sure about
     while enrolling, one or two windows jump from a logit of -9 to +7; until session 24 such
-    a jump was a rise and stopped the station at once, until session 27 a logit over the
-    station's range by the shift did. Now the station is deaf: its detector stops nothing,
-    however sure (its faults are its own clauses', ``test_guard_lines.py``)."""
+    a jump was a rise and stopped the station at once. Now only a logit over the station's
+    range by the shift, on k of n windows, stops it."""
     rng = np.random.default_rng(16)
     e = _enrolment("A", rng, 5.3, median=-8.5)  # station 8 of that seed: q 5.3, median -8.5
     rules = Rules(Rule())
@@ -117,14 +113,13 @@ def test_bursts_on_a_station_the_detector_was_sure_about_do_not_stop_it() -> Non
     eng = RuleEngine(rules, ["A"], [True])
     normal = e.mean[None, :]
     logits = [-9.0] * 200 + [7.2] + [-9.0] * 50 + [5.8, 7.2] + [-9.0] * 50  # as on that seed
-    logits += [5.3 + SHIFT_MAX + 1.0] * 3  # over the range by more than the shift
-    assert base.deaf.tolist() == [True]
+    logits += [5.3 + SHIFT_MAX + 1.0] * 3  # over the range by more than the shift: a fault
     stops = []
     for t, d in enumerate(logits):
         p = np.array([1 / (1 + math.exp(-d))], np.float32)
         s = base.adjust(normal, p, None, np.array([d], np.float32))
         stops += [t for _ in eng.feed(s, (t + 1) * HOP / RATE, None, base.last_novel)]
-    assert stops == []
+    assert stops == [len(logits) - 2]  # the held rise, on its second window
 
 
 def test_no_file_raises_the_bar_past_the_bound(tmp_path: Path) -> None:
@@ -136,19 +131,19 @@ def test_no_file_raises_the_bar_past_the_bound(tmp_path: Path) -> None:
     (tmp_path / "A.json").write_text(json.dumps(doc))
     with pytest.raises(ConfigError, match="detector's logit range"):
         EnrolmentStore(tmp_path).load("A")
-    # a file at the bound makes the station deaf: its own clauses, not the detector, decide
-    assert Baselines([e]).deaf.tolist() == [True]
+    base = Baselines([e])
+    d = np.array([LOGIT_BOUND + SHIFT_MAX + 0.1], np.float32)
+    assert base.adjust(e.mean[None, :], np.ones(1, np.float32), None, d)[0] >= 0.92
 
 
-def test_deafness_is_judged_on_each_stations_own_threshold() -> None:
+def test_the_calibration_sits_on_each_stations_own_threshold() -> None:
     rng = np.random.default_rng(7)
     e = _enrolment("A", rng, 4.0)  # over 0.92 (logit 2.44), under 0.99 (4.6)
     base = Baselines([e, e], thresholds=[0.92, 0.99])
     d = np.array([4.0 + SHIFT_MAX - 0.05] * 2, np.float32)
     q = base.adjust(np.stack([e.mean, e.mean]), np.ones(2, np.float32), None, d)
-    assert base.deaf.tolist() == [True, False]  # its highest, 4.5, is over 0.92, under 0.99
-    assert q[0] < 0.92  # deaf at 0.92: the detector makes no hit
-    assert abs(float(_logit(q[1:])[0]) - (4.0 - 0.05)) < 1e-3  # 0.99: the detector's own
+    assert q[0] < 0.92  # calibrated: not surer than on the recording (+ the shift)
+    assert abs(float(_logit(q[1:])[0]) - (4.0 - 0.05)) < 1e-3  # 0.99: no calibration
     with pytest.raises(InvalidRequest):
         Baselines([e], thresholds=[1.5])
 

@@ -3,26 +3,26 @@
 ``guard enroll`` listens to a healthy station and keeps, per feature of the detector's input,
 the mean and the spread, how far a slow average of the features strayed from that mean
 (``novelty_scale``), and the range of the general detector's logit on the recording
-(``detector_logit``: how sure the detector was on this station while it was healthy). At
-run time, per window and station (:class:`Baselines`, vectorised over stations, a few array
-operations per tick):
+(``detector_logit``: the detector's calibration on this station). At run time, per window
+and station (:class:`Baselines`, vectorised over stations, a few array operations per tick):
 
 - ``z = (features - mean) / sd``; ``m += ALPHA * (z - m)`` (an average over ~5 windows);
 - novelty ``r = max(m) / novelty_scale``: 1 is the most the healthy recording reached; one
   sided, since a defect adds energy and impulsiveness (less of it is no bearing fault);
 - gate ``g = clip((r - GATE_LOW) / (GATE_HIGH - GATE_LOW), 0, 1)``;
-- the logit the rules see: ``d + BOOST * g - shift * (1 - g)``, ``d`` the detector's: on a
-  window that sounds like the station's normal the detector must be surer, on one the
-  station has never sounded like it may be a little less sure. (Until session 27 a station
-  the detector was sometimes sure about while enrolling, an ``--accept-stops`` enrolment,
-  kept its detector with ``d`` less ``c = q - T``, ``q`` the 99.9th percentile of its logit
-  on the recording; such a station is deaf now, below, and ``c`` is gone.)
-- a **deaf** station: one whose healthy recording had the detector over the rule's
-  threshold on any window (the highest logit of the recording over ``T``; until session 27
-  on more than 1 % of its windows, the 99th percentile: ``DEAF_LINE``). The detector is
-  out of its domain there (on the outside machines it calls most healthy windows faults,
-  logit 8-12), and its logit crosses the line on any drift: a deaf station's
-  detector makes no hit at all. The logit the rules see is then the
+- the calibration: the detector's logit ``d`` less ``c = max(0, q - T)``, where ``q`` is the
+  99.9th percentile of its logit on the healthy recording and ``T`` the logit of the rule's
+  threshold: 0 for a station the detector was not sure about while enrolling, and for one
+  it was (an ``--accept-stops`` enrolment) the detector must be surer than on that
+  recording;
+- the logit the rules see: ``d - c + BOOST * g - shift * (1 - g)``: on a window that
+  sounds like the station's normal the detector must be surer, on one the station has never
+  sounded like it may be a little less sure;
+- a **deaf** station: one whose healthy recording had the detector at or over the rule's
+  threshold on more than 1 % of its windows (its logit's 99th percentile over ``T``). The
+  detector is out of its domain there (on the outside machines it calls most healthy
+  windows faults, logit 8-12), and its calibrated logit crosses the line on any drift: a
+  deaf station's detector makes no hit at all. The logit the rules see is then the
   station's own evidence, ``T + EVIDENCE_SLOPE * e`` with ``e`` its persist statistic over
   the bar less 1 or its envelope lines over their bar in margins (``lines.py``), kept
   ``DEAF_GAP`` under ``T``: it ranks the windows (the AUC of the reports) while the hits are
@@ -30,12 +30,13 @@ operations per tick):
   the rise over the detector's slow average that calibrated stations had (false stops on
   babble; the lines catch the faults it caught).
 
-The bound: the logit range in a file is at most ``LOGIT_BOUND`` (a file beyond it is
-refused), and where the detector hears, the move of the logit stays in ``[-SHIFT_MAX,
-BOOST]``: 0.92 becomes 0.981 and 0.995 becomes 0.9989 on a normal-sounding window. An
-enrolment made on a recording the detector stopped on (``enroll`` refuses it unless told
-otherwise) makes the station deaf: what was there is absorbed, and a fault that comes later
-is the station's own clauses' to stop.
+The bound: ``q`` is at most ``LOGIT_BOUND`` (a file beyond it is refused) and the move of
+the logit stays in ``[-(LOGIT_BOUND - T) - SHIFT_MAX, BOOST]``; without a calibration (files
+of format /1 and /2, and every station the detector was not sure about) in
+``[-SHIFT_MAX, BOOST]``, as before the calibration: 0.92 becomes 0.981 and 0.995 becomes
+0.9989 on a normal-sounding window. An enrolment made on a recording the detector stopped
+on therefore absorbs what was there (``enroll`` refuses it unless told otherwise); a rise of
+the detector over that range, or over its own recent level, still stops.
 
 The rhythm (``rhythm.py``): the enrolment also keeps the station's healthy range of the
 envelope's rhythm statistic (its highest value and quantiles over the recording). A station
@@ -113,7 +114,6 @@ __all__ = [
     "ALPHA",
     "BOOST",
     "DEAF_GAP",
-    "DEAF_LINE",
     "EVIDENCE_SLOPE",
     "FORMAT",
     "FORMATS",
@@ -175,13 +175,8 @@ ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
 SHIFT_MAX = 1.5  # logit: 0.92 -> 0.981, 0.995 -> 0.9989
 BOOST = 1.0  # logit: on a novel window 0.92 -> 0.81
-LOGIT_BOUND = 16.0  # a file's detector logits at most (a file beyond it is refused)
+LOGIT_BOUND = 16.0  # the calibration's q at most (a file beyond it is refused)
 DEAF_GAP = 0.01  # logit: a deaf station's score stays this far under its threshold
-# which of the detector's logits on the healthy recording makes a station deaf when it is
-# over the threshold: its highest (session 27: on the outside set's validation seeds, a
-# detector that crossed the line once while the machine was healthy stopped healthy
-# machines on another day; the 99th percentile, 1 % of the windows, let it vote)
-DEAF_LINE = "max"
 EVIDENCE_SLOPE = 4.0  # logit per unit of a deaf station's own evidence over its bars
 LINES_HEARING = 2.0  # the lines' margin times this on a station whose detector hears
 SD_FLOOR = 0.05  # a feature that barely moved while enrolling is not taken as exact
@@ -298,11 +293,10 @@ class Enrolment:
 
     @property
     def deaf_line(self) -> float | None:
-        """The highest of the general detector's logit on the recording (``DEAF_LINE``;
-        None: not measured): over the rule's threshold, the detector is out of its domain
-        here."""
-        top = self.detector_logit.get(DEAF_LINE) if self.detector_logit else None
-        return float(top) if top is not None else None
+        """The 99th percentile of the general detector's logit on the recording (None: not
+        measured): over the rule's threshold, the detector is out of its domain here."""
+        p99 = self.detector_logit.get("p99") if self.detector_logit else None
+        return float(p99) if p99 is not None else None
 
     @property
     def rhythm_max(self) -> float | None:
@@ -545,8 +539,8 @@ class Baselines:
     to each tick's scores in one batch. A plain synchronous class with state per station
     (the novelty's average and the detector's slow average), like the detector.
 
-    ``thresholds``: per station, the rule's threshold (default ``Rule().threshold``), which a
-    deaf station's detector crossed while it was healthy (module doc).
+    ``thresholds``: per station, the rule's threshold (default ``Rule().threshold``), for the
+    calibration (module doc).
     ``novelty``: per station, the rule's novelty clause (``Rule.novelty``, 0: off); after
     each :meth:`adjust`, ``last_novel`` says which stations' windows were novelty hits.
     ``rhythm``: per station, the rule's rhythm margin (``Rule.rhythm``, 0: off); a station
@@ -608,9 +602,10 @@ class Baselines:
         self._gate_b = np.zeros(n, np.float32)
         self._shift = np.zeros(n, np.float32)
         self._span = np.zeros(n, np.float32)  # BOOST + shift: delta = span * g - shift
-        # a deaf station: its detector over its threshold on any of its healthy windows (the
-        # detector is out of its domain there)
+        # the calibration c; a deaf station: its detector over its threshold on more than
+        # 1 % of its healthy windows (the detector is out of its domain there)
         self._t = np.log(thr / np.maximum(1.0 - thr, 1e-12)).astype(np.float32)
+        self._cal = np.zeros(n, np.float32)
         self.deaf = np.zeros(n, dtype=bool)
         width = GATE_HIGH - GATE_LOW
         for i, e in enumerate(enrolments):
@@ -623,6 +618,9 @@ class Baselines:
             self._gate_b[i] = GATE_LOW / width
             self._shift[i] = e.shift
             self._span[i] = BOOST + e.shift
+            if e.calibration is not None:
+                q, _median = e.calibration
+                self._cal[i] = max(0.0, min(q, LOGIT_BOUND) - float(self._t[i]))
             line = e.deaf_line
             self.deaf[i] = line is not None and line > float(self._t[i])
         self.any_deaf = bool(self.deaf.any())
@@ -803,7 +801,7 @@ class Baselines:
                 calm = (run >= PERSIST_HOLD) & (mid.max(axis=1) < np.float32(PERSIST_MID_VETO))
                 self.last_novel[idx] |= (v >= self.persist_threshold[idx]) & calm
         g = np.clip(peak * self._gate_a[idx] - self._gate_b[idx], 0.0, 1.0)
-        out = logits + self._span[idx] * g - self._shift[idx]
+        out = logits - self._cal[idx] + self._span[idx] * g - self._shift[idx]
         if self.any_deaf:
             self._own_evidence(out, idx)
         return _sigmoid(scores, out, self.enrolled[idx])
@@ -863,6 +861,7 @@ class Baselines:
         g *= self._span
         g -= self._shift
         g += logits
+        g -= self._cal
         if self.any_deaf:
             self._own_evidence(g, self._rows)
         return _sigmoid(scores, g, self.enrolled)
