@@ -122,6 +122,19 @@ def test_fresh_followup_keeps_only_new_sentences() -> None:
     assert fresh_followup(said[0], said, "en") == ""
 
 
+def test_a_followup_sentence_that_loops_on_itself_is_not_spoken() -> None:
+    # the local model behind the emulated cloud, on natural9 (session 27)
+    looped = "谢谢，我今天去开通了宽带，但是我的宽带" + "卡" * 25
+    assert fresh_followup(looped, [], "zh") == ""
+    assert fresh_followup("我帮您查到了。" + looped, [], "zh") == "我帮您查到了。"
+    words = "Your refund is on its way. " + "the bill the bill " * 4 + "the bill."
+    assert fresh_followup(words, [], "en") == "Your refund is on its way."
+    # a word said twice, a number with repeated digits or an ellipsis is not a loop
+    fine = "Yes, yes, it is 100000 pounds..... and the 1111 code works."
+    assert fresh_followup(fine, [], "en") == fine
+    assert fresh_followup("请拨打13800000000。", [], "zh") == "请拨打13800000000。"
+
+
 def test_without_a_knowledge_base_the_agent_works_as_before() -> None:
     agent = AgentStage(Gate([]), Gate([]), kb=None)
     assert agent.kb is None
