@@ -47,9 +47,11 @@ def test_any_split_gives_text_up_to_first_stop(text: str, cuts: list[int], stop:
 def test_looping_detects_repeated_phrase() -> None:
     assert looping("请问您是投诉的快递员，请问您是投诉的快递员，")
     assert looping("ha ha ha ha ")
+    assert looping("但是我的宽带" + "卡" * 6)  # one character on and on (natural9, session 27)
 
 
 def test_looping_ignores_numbers_and_normal_text() -> None:
     assert not looping("订单号10000000")
     assert not looping("!!!!!!!!")
     assert not looping("Yes, we ship internationally.")
+    assert not looping("嗯嗯嗯，好的") and not looping("Zzzzz")

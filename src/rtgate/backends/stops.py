@@ -52,14 +52,20 @@ class StopFilter:
         return best
 
 
-def looping(text: str, min_unit: int = 4, max_unit: int = 32, repeats: int = 2) -> bool:
-    """True when ``text`` ends with a phrase repeated ``repeats`` times or more.
+def looping(
+    text: str, min_unit: int = 4, max_unit: int = 32, repeats: int = 2, run: int = 6
+) -> bool:
+    """True when ``text`` ends with a phrase repeated ``repeats`` times or more, or with one
+    letter or character (not a digit) ``run`` times in a row.
 
-    Small models fall into loops ("请问您是…，请问您是…，"); a caller stops generating
-    when this turns true. Phrases shorter than ``min_unit`` characters or made of one
-    character ("0000", "!!!!") never count, so numbers and emphasis pass.
+    Small models fall into loops ("请问您是…，请问您是…，", "我的宽带卡卡卡卡卡卡…"); a caller
+    stops generating when this turns true. Other phrases shorter than ``min_unit``
+    characters or made of one character ("0000", "!!!!") never count, so numbers and
+    emphasis pass.
     """
     n = len(text)
+    if n >= run and text[-1].isalpha() and text.endswith(text[-1] * run):
+        return True
     for unit in range(min_unit, min(max_unit, n // repeats) + 1):
         tail = text[n - unit :]
         if len(set(tail.replace(" ", ""))) >= 2 and text.endswith(tail * repeats):

@@ -87,6 +87,7 @@ from rtgate.apps.voice.frames import (
     TurnPauseFrame,
 )
 from rtgate.apps.voice.pipeline import Stage
+from rtgate.backends.stops import looping
 from rtgate.core.budget import Budget
 from rtgate.core.request import Message, Request
 from rtgate.domains.knowledge import KnowledgeBase, Reply, repeat_share, shipped
@@ -118,12 +119,9 @@ NO_REPEAT = {
     "en": "(Please go on and answer my question, without repeating what you just said.)",
 }
 REPEAT_SHARE = 0.6  # a follow-up sentence with this share of its words already said is dropped
-# a sentence in which a short piece of words comes five or more times in a row is a model's
-# loop, not speech ("但是我的宽带卡卡卡卡卡…" from the local model behind the emulated cloud,
-# natural9, session 27): it is dropped as well; digits, spaces and punctuation are left out of
-# the match (a number like 13800000000 or an ellipsis is no loop)
-_LOOP = re.compile(r"(.{1,8}?)\1{4,}", re.DOTALL)
-_NOT_WORDS = re.compile(r"[\d\W_]+")
+# a follow-up sentence that ends in a loop (``backends.stops.looping``: "但是我的宽带卡卡卡
+# 卡卡…" from the local model behind the emulated cloud, natural9, session 27) is dropped too
+_TRAILING = " \t\n.,!?;:…。，！？；：、"
 # the records of the latest this many turns are kept (what the caller said, what was said
 # back, routes, verdicts, follow-up records); older ones are forgotten at each turn's end, so
 # a call of any length holds a bounded record (they grew by one entry a turn before session 16)
@@ -166,16 +164,16 @@ def whole_phrase(text: str) -> str | None:
 
 def fresh_followup(text: str, said: list[str], lang: str) -> str:
     """What of a follow-up ``text`` is new: its sentences that repeat what was ``said`` (or
-    an earlier sentence of its own) by :data:`REPEAT_SHARE` or more, or loop on themselves
-    (a piece of up to 8 characters five times in a row), left out; ``""`` when nothing new
-    is left."""
+    an earlier sentence of its own) by :data:`REPEAT_SHARE` or more, or end in a loop
+    (:func:`rtgate.backends.stops.looping`), left out; ``""`` when nothing new is left."""
     sentences, rest = split_sentences(text, soft=10_000)
     if rest.strip():
         sentences.append(rest.strip())
     kept: list[str] = []
     for sent in sentences:
-        looped = _LOOP.search(_NOT_WORDS.sub("", sent)) is not None
-        if not looped and repeat_share(sent, [*said, *kept], lang) < REPEAT_SHARE:
+        if not looping(sent.rstrip(_TRAILING)) and (
+            repeat_share(sent, [*said, *kept], lang) < REPEAT_SHARE
+        ):
             kept.append(sent)
     return ("" if lang == "zh" else " ").join(kept).strip()
 
