@@ -6,6 +6,8 @@ readings of every delegable prefix of some ask sets, combined by the engine's ru
     .venv/bin/python scripts/scope_policy_replay.py read --rows rows.json --scope DIR --out r.json
     .venv/bin/python scripts/scope_policy_replay.py grid --rows rows.json --read r.json \
         --pick eval11 --pick eval12
+    .venv/bin/python scripts/scope_policy_replay.py fuse --rows rows.json --read r.json \
+        --pick eval11 --pick eval12 --pick eval17 [--write]
 
 ``rows`` runs a judge-less engine over the asks (``abstention.gather`` without the
 semantic check); ``read`` adds one scope model's reading of each answered prefix (DIR: a
@@ -19,6 +21,9 @@ of complex asks delegated and of simple asks kept fast, per set, with the engine
   / pause) while the judge is not surer (``SemanticVeto``: at the pause the judge must
   also reach the overrule, 0.99);
 - an ask is delegated when any of its prefixes is.
+
+``fuse`` (session 28) fits one model at the pause over the judge's and the semantic check's
+logits in place of their two bars, and stores it as the judge's semantic part.
 
 The bars are picked on the ``--pick`` sets (the highest lower share of the two, among
 points that delegate at least ``--min-complex`` of their complex asks) and reported on
@@ -188,6 +193,115 @@ def cmd_grid(args: argparse.Namespace) -> None:
             print(f"  {n:28s} complex {c:.1%}  simple fast {s:.1%}   ({per})")
 
 
+def _fused_inputs(v: SetView, coef: list[float], b: float, rows: list[dict[str, Any]]) -> Any:
+    """Per row: the judge's logit, the semantic check's logit, English (the fused inputs)."""
+    z = np.asarray([b + sum(w * x for w, x in zip(coef, r["x"][:N_JUDGE], strict=True))
+                    if r["x"] else 30.0 for r in rows])  # fmt: skip
+    sem = np.clip(v.sem, 1e-4, 1 - 1e-4)
+    en = np.asarray([1.0 - r["x"][N_JUDGE - 1] if r["x"] else 0.0 for r in rows])
+    return np.stack([z, np.log(sem / (1 - sem)), en], 1)
+
+
+def cmd_fuse(args: argparse.Namespace) -> None:
+    """At the pause, one logistic model of P(complex) over the judge's logit, the semantic
+    check's logit and the language, fitted on the pause rows of the ``--pick`` sets, in
+    place of the two bars (the OR rule). A typed prefix delegates as before (the judge's
+    typed threshold, the n-gram scope bar, a decline of the whole ask at the pause). The
+    point: the lowest P(complex) bar that delegates ``--min-complex`` of the picking sets'
+    complex asks at the highest share of simple asks kept fast. ``--write`` stores it as
+    the judge's semantic part (judge.json, format 2): ``p_right = 1 - P(complex)``, the
+    part's pause threshold ``1 - bar``, typed 0 (a typed prefix is not judged with it), and
+    the plain judge's pause threshold set to its typed one (it no longer decides alone)."""
+    from sklearn.linear_model import LogisticRegression
+
+    from rtgate.domains.loader import judge_path
+
+    path = judge_path()
+    judge = json.loads(path.read_text(encoding="utf-8"))
+    coef, b = [float(w) for w in judge["coef"]][:N_JUDGE], float(judge["intercept"])
+    typed_t = float(judge["threshold"])
+    jbars = judge.get("scope_bars", {})
+    data = json.loads(args.rows.read_text(encoding="utf-8"))
+    read = json.loads(args.read.read_text(encoding="utf-8"))
+    views: dict[str, tuple[SetView, Any]] = {}
+    for n, d in data.items():
+        v = SetView(d, read["sets"][n], judge)
+        v.anyway = v.anyway & v.pause  # a typed prefix nobody reads waits (NotYet)
+        views[n] = (v, _fused_inputs(v, coef, b, d["rows"]))
+    pick = [n for n in views if any(p in n for p in args.pick)]
+    xs, ys = [], []
+    for n in pick:
+        v, f = views[n]
+        m = v.pause & v.answered
+        xs.append(f[m])
+        ys.append(~v.simple[v.ask[m]])
+    model = LogisticRegression(C=1.0, max_iter=1000).fit(np.concatenate(xs), np.concatenate(ys))
+
+    def went(v: SetView, f: Any, bar: float) -> np.ndarray[Any, Any]:
+        veto = v.multi >= jbars.get("multi", math.inf)
+        row = v.anyway | (v.answered & ((v.p < typed_t) | veto))
+        m = v.pause & v.answered
+        s = np.zeros(len(v.p))
+        s[m] = model.predict_proba(f[m])[:, 1]
+        out = np.zeros(v.n, dtype=bool)
+        np.logical_or.at(out, v.ask, row | (m & (s >= bar)))
+        return out
+
+    best: tuple[float, float, float] | None = None
+    for bar in np.arange(0.02, 0.9, 0.005):
+        cs: list[bool] = []
+        ss: list[bool] = []
+        for n in pick:
+            v, f = views[n]
+            w = went(v, f, bar)
+            cs += list(w[~v.simple])
+            ss += list(~w[v.simple])
+        c, s = float(np.mean(cs)), float(np.mean(ss))
+        if c >= args.min_complex and (best is None or s > best[2]):
+            best = (round(float(bar), 3), c, s)
+    assert best is not None, "no bar delegates --min-complex of the picking sets' complex asks"
+    w_z, w_s, w_en = (float(x) for x in model.coef_[0])
+    b_f = float(model.intercept_[0])
+    print(f"P(complex) = sigmoid({b_f:.4f} + {w_z:.4f} judge + {w_s:.4f} semantic + {w_en:.4f} en)")
+    print(f"picked on {pick}: bar {best[0]}: complex {best[1]:.1%} simple fast {best[2]:.1%}")
+    for n, (v, f) in views.items():
+        w = went(v, f, best[0])
+        per = "  ".join(
+            f"{lang} {v.shares(w, lang)[0]:.1%}/{v.shares(w, lang)[1]:.1%}"
+            for lang in ("zh", "en")
+            if (v.lang == lang).any()
+        )
+        print(f"  {n:28s} {per}")
+    if not args.write:
+        return
+    # p_right = 1 - P(complex) = sigmoid(-(b_f + w_z (b + coef.x) + w_s L + w_en (1 - zh)))
+    part = [-w_z * c for c in coef]
+    part[N_JUDGE - 1] += w_en  # the judge's last input is "zh"
+    names = judge["features"]
+    assert names[N_JUDGE - 1] == "zh" and len(names) == N_JUDGE, names
+    picked = f"fused at the pause on {', '.join(args.pick)} (>= {args.min_complex:.0%} complex)"
+    judge["format"] = "rtgate.judge/2"
+    judge["pause_threshold"] = typed_t
+    judge["meta"]["pause_threshold"] = typed_t
+    judge["semantic"] = {
+        "coef": [round(c, 6) for c in [*part, -w_s]],
+        "intercept": round(-(b_f + w_z * b + w_en), 6),
+        "threshold": 0.0,
+        "pause_threshold": round(1.0 - best[0], 4),
+    }
+    judge["meta"]["semantic_part"] = {
+        "inputs": ["judge_logit", "semantic_logit", "en"],
+        "coef": [round(w_z, 6), round(w_s, 6), round(w_en, 6)],
+        "intercept": round(b_f, 6),
+        "bar": best[0],
+        "picked": picked,
+        "complex": round(best[1], 4),
+        "simple_fast": round(best[2], 4),
+    }
+    path.write_text(json.dumps(judge, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {path.name}: {picked}")
+
+
 def cmd_set(args: argparse.Namespace) -> None:
     """Write an operating point into the shipped files: the judge's typed and pause
     thresholds (judge.json) and the semantic scope's typing and pause bars (scope-e5.npz),
@@ -234,12 +348,19 @@ def main() -> None:
         default=[],
         help="judge thresholds and bars, e.g. 0.2/0.3:1.01/0.5 or off:1.01/0.5",
     )
+    fu = sub.add_parser("fuse")
+    fu.add_argument("--rows", type=Path, required=True)
+    fu.add_argument("--read", type=Path, required=True)
+    fu.add_argument("--pick", action="append", default=[])
+    fu.add_argument("--min-complex", type=float, default=0.95)
+    fu.add_argument("--write", action="store_true", help="store the point in judge.json")
     st = sub.add_parser("set")
     st.add_argument("--judge", required=True, help="typed/pause thresholds, e.g. 0.02/0.53")
     st.add_argument("--bars", required=True, help="typing/pause bars, e.g. 1.01/0.625")
     st.add_argument("--why", required=True, help="where the point was picked")
     args = ap.parse_args()
-    {"rows": cmd_rows, "read": cmd_read, "grid": cmd_grid, "set": cmd_set}[args.cmd](args)
+    cmds = {"rows": cmd_rows, "read": cmd_read, "grid": cmd_grid, "fuse": cmd_fuse, "set": cmd_set}
+    cmds[args.cmd](args)
 
 
 if __name__ == "__main__":

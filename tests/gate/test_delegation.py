@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from rtgate.core.budget import Budget
-from rtgate.core.errors import JobNotFound
+from rtgate.core.errors import Declined, JobNotFound, NotYet
 from rtgate.core.latency import Prior
 from rtgate.core.request import Piece, Request
 from rtgate.gate import Gate
@@ -83,3 +83,34 @@ async def test_what_a_replica_shares() -> None:
     assert g.replica == ""  # the in-process queue is not shared
     assert g.latency_models() is g.models  # live: what SharedLatency loads into
     assert [t.name for t in g.tiers] == ["cloud", "template"]
+
+
+class Reads(Tier):
+    """A fast tier that cannot read an input ending in "…": still being written
+    (``NotYet``), or, as a plain miss, anything ending in "?" it does not know."""
+
+    name, quality = "local", 30
+
+    def __init__(self, instant: bool = False) -> None:
+        self.instant = instant
+
+    def answer_now(self, request: Request) -> Piece:
+        if request.input.endswith("…"):
+            raise NotYet("local: not readable yet")
+        raise Declined("local: no idea")
+
+    async def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
+        yield self.answer_now(request)
+
+
+@pytest.mark.parametrize("instant", [False, True])
+async def test_an_input_declined_as_not_whole_yet_starts_no_job(instant: bool) -> None:
+    cloud = FakeTier("cloud", 80, ["deep"], ttft_ms=5, delegable=True)
+    priors = {"cloud": Prior(1800, 1800), "local": Prior(1, 1)}
+    async with Gate([cloud, Reads(instant)], priors=priors, queue=InProcessQueue()) as g:
+        typing = await g.answer(Request("my card was charged twice and …", delegate=True), 100)
+        assert typing.route == "silent" and typing.job_id is None and g.job_count == 0
+        assert "not whole yet" in (typing.trace.degraded or "")
+        whole = await g.answer(Request("my card was charged twice and?", delegate=True), 100)
+        assert whole.route == "silent" and whole.job_id is not None  # a plain miss: delegated
+        assert (await g.wait_job(whole.job_id)).text == "deep"

@@ -68,6 +68,16 @@ class Declined(RtgateError):
     code = "declined"
 
 
+class NotYet(Declined):
+    """A decline that asks the gate to wait: the input is still being written (a typed
+    prefix, a partial transcript), and the tier cannot read it *yet*; the whole of it may
+    well be answerable fast. The gate does not send such an input to the big model on
+    this decline (nothing answered and a tier said "not yet": silent, no job); the caller
+    asks again with the whole input, where the same tier declines for good."""
+
+    code = "not_yet"
+
+
 class BackendError(RtgateError):
     code = "backend_error"
 

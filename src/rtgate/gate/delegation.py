@@ -62,9 +62,15 @@ class Delegation:
         """Queue a job for ``run.delegate_to`` if the request wants one and that tier beats
         the answer, or for the best delegable tier when a judge did not trust the fast
         answer (a fast answer a judge trusts is final); the trace records the job, or why
-        it was refused."""
+        it was refused. Nothing answered and a tier declined the input as not whole yet
+        (:class:`~rtgate.core.errors.NotYet`): no job either."""
         if run.verdict is not None and run.verdict.answerable:
             return  # a judge found the fast answer enough: the big model is not needed
+        if run.not_yet and run.answered is None and not run.abstained:
+            # the input is still being written: the big model waits for the whole of it
+            why = "not delegated: the input is not whole yet"
+            run.trace.degraded = f"{run.trace.degraded}; {why}" if run.trace.degraded else why
+            return
         target = run.delegate_to
         distrusted = run.abstained
         if target is None and distrusted:

@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from rtgate.core.background import Background
-from rtgate.core.errors import Declined
+from rtgate.core.errors import Declined, NotYet
 from rtgate.core.metrics import GateMetrics
 from rtgate.core.request import Piece
 from rtgate.core.trace import Attempt, error_detail
@@ -65,6 +65,9 @@ class Executor:
                 )
             else:
                 first = await self._first(agen, cutoff, predicted)
+        except NotYet as e:
+            att.detail = str(e)
+            run.not_yet = True
         except Declined as e:
             att.detail = str(e)
         except StopAsyncIteration:
@@ -112,6 +115,7 @@ class Executor:
             piece = tier.answer_now(run.request)
         except Declined as e:
             att.detail = str(e)
+            run.not_yet = run.not_yet or isinstance(e, NotYet)
             att.ended_ms = att.started_ms
             self.metrics.attempt(tier.name, "declined")
             return None

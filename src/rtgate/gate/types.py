@@ -165,6 +165,7 @@ class Run:
     answered: Tier | None = None
     delegate_to: Tier | None = None
     verdict: Verdict | None = None  # the judge's word on the fast answer, when there is one
+    not_yet: bool = False  # a tier declined the input as not readable yet (``NotYet``)
 
     @property
     def abstained(self) -> bool:

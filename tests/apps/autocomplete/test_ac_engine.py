@@ -67,7 +67,14 @@ async def test_complex_ask_goes_to_the_cloud_with_a_placeholder(
     reader: Reader, cloud: GatedCloud, gated: BackgroundOnly
 ) -> None:
     async with engine_with(reader, cloud=gated) as engine:
-        res = await engine.complete(COMPLEX_ASK)
+        # still being typed: the local tier cannot read it yet, and the cloud waits
+        typing = await engine.complete(COMPLEX_ASK)
+        assert typing.route == "silent" and typing.job_id is None and cloud.started == []
+        local = [a for a in typing.trace["attempts"] if a["tier"] == "local"]
+        assert "complex ask" in local[0]["detail"] and "still being typed" in local[0]["detail"]
+        assert "not whole yet" in typing.trace["degraded"]
+        # the typist paused: the whole ask is the cloud's
+        res = await engine.complete(COMPLEX_ASK, pause=True)
         assert res.route == "cloud_async" and res.job_id is not None
         assert [c.to_dict() for c in res.candidates] == [
             {"text": PLACEHOLDER["zh"], "intent": "complex", "source": "cloud"}

@@ -35,7 +35,9 @@ async def test_complete_answers_in_the_documented_shape(client: httpx.AsyncClien
 
 async def test_cloud_answer_has_a_job_that_can_be_polled(client: httpx.AsyncClient) -> None:
     ask = "我想把剩下的积分换成年费抵扣，同时申请把主卡额度降到2万，再把副卡注销，这些能一起办吗"
-    r = await client.post("/v1/complete", json={"prefix": ask})
+    typing = (await client.post("/v1/complete", json={"prefix": ask})).json()
+    assert typing["route"] == "silent" and "job_id" not in typing  # not whole yet: it waits
+    r = await client.post("/v1/complete", json={"prefix": ask, "pause": True})
     body = r.json()
     assert body["route"] == "cloud_async" and body["job_id"]
     poll = await client.get(f"/v1/complete/jobs/{body['job_id']}")

@@ -221,13 +221,15 @@ async def test_engine_starts_a_late_cloud_job_for_an_out_of_domain_ask(reader: R
     late: list[tuple[str, str]] = []
     async with engine:
         prefix = "how is the weather in my card city "
-        res = await engine.complete(prefix, session="s", on_late=lambda p, j: late.append((p, j)))
+        res = await engine.complete(
+            prefix, session="s", on_late=lambda p, j: late.append((p, j)), pause=True
+        )
         assert res.job_id is None or not late  # the keystroke itself never waited
         await engine.settle()
         if res.job_id is None:
             assert [p for p, _ in late] == [prefix]
             assert engine.gate.job(late[0][1]) is not None
-        again = await engine.complete(prefix, session="t", on_late=lambda p, j: None)
+        again = await engine.complete(prefix, session="t", on_late=lambda p, j: None, pause=True)
         assert again.route == "cloud_async"  # read before: judged inline, at no cost
         cloud.release.set()
 
@@ -324,3 +326,22 @@ async def test_a_judge_that_weighs_the_reading_gets_every_one_and_is_not_overrul
     finally:
         await watch.aclose()
     assert told == [("s", "how do i pay ", 0.1)]
+
+
+async def test_the_shipped_judge_weighs_only_the_pause_reading(reader: Reader) -> None:
+    # session 28: the judge's semantic part decides at the pause; a typed prefix is not
+    # read at all (its typed threshold is 0: the reading could not act)
+    cloud = GatedCloud()
+    engine = AutocompleteEngine.build(EngineConfig(), reader=reader, cloud=BackgroundOnly(cloud))
+    watch = engine.watch
+    assert watch is not None and isinstance(engine.gate.judge, SemanticVeto)
+    assert engine.gate.judge.weighs and not watch.reads_typed
+    assert watch.relays(0.99, True) and not watch.relays(0.99, False)
+    scope = FakeScope()
+    watch.scope = scope  # type: ignore[assignment]
+    async with engine:
+        typed = await engine.complete(
+            "how is the weather in my ", session="s", on_late=lambda p, j: None
+        )
+        await engine.settle()
+    assert typed.job_id is None and scope.calls == []

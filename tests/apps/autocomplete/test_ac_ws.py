@@ -79,10 +79,10 @@ async def test_newer_prefix_cancels_the_older_cloud_job_and_only_the_latest_is_p
         sock = FakeSocket()
         session = _Session(sock, engine)  # type: ignore[arg-type]
         runner = asyncio.create_task(session.run())
-        sock.put(1, COMPLEX_A)
+        sock.put(1, COMPLEX_A, pause=True)
         first = await sock.next("suggestions", 1)
         assert first["route"] == "cloud_async" and first["seq"] == 1
-        sock.put(2, COMPLEX_B)
+        sock.put(2, COMPLEX_B, pause=True)
         second = await sock.next("suggestions", 2)
         assert second["route"] == "cloud_async" and second["job_id"] != first["job_id"]
         job_a = await engine.gate.wait_job(first["job_id"])
@@ -105,7 +105,7 @@ async def test_late_cloud_answer_is_dropped_when_the_user_typed_on(
         sock = FakeSocket()
         session = _Session(sock, engine)  # type: ignore[arg-type]
         runner = asyncio.create_task(session.run())
-        sock.put(1, COMPLEX_A)
+        sock.put(1, COMPLEX_A, pause=True)
         first = await sock.next("suggestions", 1)
         sock.put(2, "我想把")
         second = await sock.next("suggestions", 2)

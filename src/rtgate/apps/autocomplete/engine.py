@@ -6,9 +6,13 @@ what a suggestion box prefers (the gate tries higher ranks first)::
     template (curated, µs) > cache (an earlier model or cloud answer) > local (classifier,
     then the local model when it fits) > cloud (delegable; never fits 150 ms)
 
-Nothing answers a complex or unknown long ask inline, so the gate skips the cloud, answers
-silently and delegates the ask to the cloud in the background: the engine turns that into
-route ``cloud_async`` with a placeholder suggestion, and the cloud's suggestions later
+Nothing answers a complex or unknown long ask inline. While it is still being typed the
+answer is silent and the cloud waits (the local tier says
+:class:`~rtgate.core.errors.NotYet`: a story often comes first and the ask last, and the
+whole ask may be one the fast tiers answer). At the pause (``complete(…, pause=True)``:
+the typist stopped, or submitted), the gate skips the cloud, answers silently and
+delegates the whole ask to the cloud in the background: the engine turns that into route
+``cloud_async`` with a placeholder suggestion, and the cloud's suggestions later
 (:meth:`AutocompleteEngine.followup`; they are also cached for the next user who types
 the same prefix). A fast answer the domain's judge does not trust (a multi-part or
 out-of-domain ask that still matched a keyword, :mod:`rtgate.tiers.answerability`) is
@@ -291,15 +295,20 @@ class AutocompleteEngine:
         self._on_late: OrderedDict[str, Callable[[str, str], None]] = OrderedDict()
         self.late_jobs = 0
         if isinstance(gate.judge, SemanticVeto):
-            # a judge that weighs the check's reading is handed every one, else the vetoes
+            # a judge that weighs the check's reading is handed every one it can act on
+            # (only the pause's, when its typed threshold is 0), else the vetoes
             every: Callable[[float, bool], bool] | None = None
+            typed: bool | None = None
             if gate.judge.weighs:
-                every = lambda p, pause: True  # noqa: E731
+                part = getattr(gate.judge.inner, "semantic", None)
+                typed = part is None or part.threshold > 0.0
+                every = (lambda p, pause: True) if typed else (lambda p, pause: pause)
             self.watch = SemanticWatch(
                 gate.judge.scope,
                 self._start_late,
                 max_sessions=self.config.semantic_sessions,
                 relays=every,
+                reads_typed=typed,
             )
 
     # -- building ----------------------------------------------------------------------

@@ -93,6 +93,8 @@ class SemanticWatch:
             ``prefix`` is still its session's newest and ``relays(p, pause)`` (``pause``: it
             was submitted at a pause).
         relays: which readings go back (default: those ``scope`` vetoes at its bar).
+        reads_typed: whether prefixes still being typed are read at all (default: when
+            ``relays`` is given, or the scope's typing bar can veto; see :attr:`reads_typed`).
         max_sessions: sessions that may wait at once.
         cache_size: texts whose reading is remembered.
     """
@@ -105,10 +107,12 @@ class SemanticWatch:
         max_sessions: int = 64,
         cache_size: int = 4096,
         relays: Callable[[float, bool], bool] | None = None,
+        reads_typed: bool | None = None,
     ) -> None:
         self.scope = scope
         self.relays = relays or (lambda p, pause: self.scope.vetoes(p, pause=pause))
         self._relays_all = relays is not None
+        self._reads_typed = reads_typed
         self.on_out_of_scope = on_out_of_scope
         self.max_sessions = max_sessions
         self.cache_size = cache_size
@@ -128,8 +132,11 @@ class SemanticWatch:
 
     @property
     def reads_typed(self) -> bool:
-        """Whether a prefix still being typed is read: not when the scope's typing bar is
-        over 1 (it never vetoes one) and only vetoes are relayed (session 21)."""
+        """Whether a prefix still being typed is read: as told, else not when the scope's
+        typing bar is over 1 (it never vetoes one) and only vetoes are relayed (session
+        21). A judge that weighs only the pause's reading needs no typed one (session 28)."""
+        if self._reads_typed is not None:
+            return self._reads_typed
         return self._relays_all or self.scope.bar <= 1.0
 
     def start(self) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from rtgate.apps.autocomplete.pool import CandidatePool, Entry, Suggestion, fuse, units
 from rtgate.apps.autocomplete.scoring import Scorer
 from rtgate.core.budget import Budget
-from rtgate.core.errors import Declined
+from rtgate.core.errors import Declined, NotYet
 from rtgate.core.latency import LatencyModel, Prior
 from rtgate.core.request import Piece, Request
 from rtgate.tiers.base import Tier
@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 COMPLEX = "complex"
+_TYPING = ", still being typed"  # a NotYet's detail: the big model waits for the pause
 
 
 @dataclass(slots=True)
@@ -217,10 +218,15 @@ class LocalSuggestTier(Tier):
         self.model_calls = 0
         self.model_timeouts = 0
 
-    def read(self, text: str, cloud: bool = True) -> tuple[Reading, list[Suggestion]]:
+    def read(
+        self, text: str, cloud: bool = True, whole: bool = True
+    ) -> tuple[Reading, list[Suggestion]]:
         """The classifier's reading and its suggestions; ``Declined`` for the cloud's asks
         (unless ``cloud`` is false: nobody would take them, so the best guesses are
-        offered, a similar past ask among them)."""
+        offered, a similar past ask among them). A prefix still being typed (not
+        ``whole``) that reads as complex or unknown is :class:`NotYet`: the rest of the
+        ask may make it one the fast tiers answer (a story first, the ask last), so the
+        big model waits for the whole ask (session 28)."""
         if self.window is not None and len(text) > self.window:
             raise Declined(f"local: beyond the fast window ({len(text)} > {self.window})")
         n = units(text)
@@ -234,9 +240,11 @@ class LocalSuggestTier(Tier):
             seen = r if self.complex_view is None else self.reader.read(self.complex_view(text))
             p_complex = seen.proba.get(COMPLEX, 0.0)
             if p_complex >= (self.complex_p or 0.0):
-                raise Declined(f"local: a complex ask (p={p_complex:.2f})")
+                no = Declined if whole else NotYet
+                raise no(f"local: a complex ask (p={p_complex:.2f}){'' if whole else _TYPING}")
         if long and r.p < self.unknown_p and not r.extending:
-            raise Declined(f"local: unknown ask (p={r.p:.2f})")
+            no = Declined if whole else NotYet
+            raise no(f"local: unknown ask (p={r.p:.2f}){'' if whole else _TYPING}")
         found = self.reader.pool.suggest(
             text, r.intents(), source="classifier", limit=self.limit, extending=r.extending
         )
@@ -270,7 +278,8 @@ class LocalSuggestTier(Tier):
 
     async def stream(self, request: Request, budget: Budget) -> AsyncIterator[str | Piece]:
         text = request.input
-        reading, found = self.read(text, cloud=request.delegate is not False)
+        whole = bool(request.meta.get("pause"))
+        reading, found = self.read(text, cloud=request.delegate is not False, whole=whole)
         model = False
         if self.scorer is not None and reading.p < self.ambiguous_p:
             if self.model_fits(budget):

@@ -6,7 +6,8 @@ engine) serves:
 - ``POST /v1/complete`` ``{"prefix", "budget_ms": 150, "pause": false}`` → ``{"candidates",
   "route", "elapsed_ms", "partial", "job_id"?, "trace"}`` (``partial``: fast suggestions
   shown while the cloud works on a multi-part ask; ``pause``: the user stopped typing or
-  submitted, the prefix is the whole ask); bad input is a 400 JSON error.
+  submitted, the prefix is the whole ask: a long ask the fast tiers cannot read goes to the
+  cloud only then); bad input is a 400 JSON error.
 - ``GET /v1/complete/jobs/{job_id}``: the cloud's suggestions once they are ready.
 - ``WS /v1/complete/ws``: ``{"seq", "prefix", "budget_ms"?, "pause"?}`` in (the page sends
   the box's text with ``"pause": true`` when typing stops; ignored when that text already
