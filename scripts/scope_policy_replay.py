@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 N_JUDGE = 19  # a format-1 judge's inputs: the probe's first 19
+_OFF = 1.01  # a scope bar no reading reaches
 
 
 def cmd_rows(args: argparse.Namespace) -> None:
@@ -238,13 +239,13 @@ def cmd_fuse(args: argparse.Namespace) -> None:
     model = LogisticRegression(C=1.0, max_iter=1000).fit(np.concatenate(xs), np.concatenate(ys))
 
     def went(v: SetView, f: Any, bar: float) -> np.ndarray[Any, Any]:
-        veto = v.multi >= jbars.get("multi", math.inf)
-        row = v.anyway | (v.answered & ((v.p < typed_t) | veto))
+        # the engine's rule with the judge at its typed threshold everywhere and the scope's
+        # bars off, or the fused model at a pause row
+        out = v.went((typed_t, typed_t), (_OFF, _OFF), jbars)
         m = v.pause & v.answered
         s = np.zeros(len(v.p))
         s[m] = model.predict_proba(f[m])[:, 1]
-        out = np.zeros(v.n, dtype=bool)
-        np.logical_or.at(out, v.ask, row | (m & (s >= bar)))
+        np.logical_or.at(out, v.ask, m & (s >= bar))
         return out
 
     best: tuple[float, float, float] | None = None

@@ -65,11 +65,9 @@ class Executor:
                 )
             else:
                 first = await self._first(agen, cutoff, predicted)
-        except NotYet as e:
-            att.detail = str(e)
-            run.not_yet = True
         except Declined as e:
             att.detail = str(e)
+            run.not_yet = run.not_yet or isinstance(e, NotYet)
         except StopAsyncIteration:
             att.detail = "empty answer"
         except TimeoutError:

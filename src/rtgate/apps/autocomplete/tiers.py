@@ -234,17 +234,16 @@ class LocalSuggestTier(Tier):
             raise Declined(f"local: {n} characters/words is too little to suggest")
         r = self.reader.read(text)
         lang = lang_of(text)
+        no, why = (Declined, "") if whole else (NotYet, _TYPING)  # a typed prefix: not yet
         long = cloud and n >= self.long_units[0 if lang == "zh" else 1]
         declines = self.complex_p is not None and lang in self.complex_langs
         if long and declines:
             seen = r if self.complex_view is None else self.reader.read(self.complex_view(text))
             p_complex = seen.proba.get(COMPLEX, 0.0)
             if p_complex >= (self.complex_p or 0.0):
-                no = Declined if whole else NotYet
-                raise no(f"local: a complex ask (p={p_complex:.2f}){'' if whole else _TYPING}")
+                raise no(f"local: a complex ask (p={p_complex:.2f}){why}")
         if long and r.p < self.unknown_p and not r.extending:
-            no = Declined if whole else NotYet
-            raise no(f"local: unknown ask (p={r.p:.2f}){'' if whole else _TYPING}")
+            raise no(f"local: unknown ask (p={r.p:.2f}){why}")
         found = self.reader.pool.suggest(
             text, r.intents(), source="classifier", limit=self.limit, extending=r.extending
         )
