@@ -224,7 +224,8 @@ def test_a_format_2_judge_weighs_the_semantic_reading_where_the_request_has_one(
     assert typed.p_right == pytest.approx(0.5) and typed.threshold == 0.3 and typed.answerable
     read = judge.judge(Request("my bill", meta={"semantic_out": 0.9}), None)
     assert read.p_right == pytest.approx(0.1, abs=1e-6) and read.threshold == 0.2
-    assert not read.answerable and read.reasons[-1] == "semantic scope 0.90 weighed"
+    assert not read.answerable
+    assert read.reasons[-1] == "semantic scope 0.90 weighed with the judge's p=0.50"
     at_pause = judge.judge(Request("my bill", meta={"semantic_out": 0.4, "pause": True}), None)
     assert at_pause.threshold == 0.5 and at_pause.p_right == pytest.approx(0.6, abs=1e-6)
     assert at_pause.answerable

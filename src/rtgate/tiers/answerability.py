@@ -283,7 +283,11 @@ class CalibratedJudge:
         if part is not None and isinstance(p_out, int | float) and not isinstance(p_out, bool):
             p = part.probability(x, float(p_out))
             bar = part.pause_threshold if pause else part.threshold
-            reasons.append(f"semantic scope {float(p_out):.2f} weighed")
+            # both inputs, so a trace tells which one tipped the decision
+            alone = self.probability(x)
+            reasons.append(
+                f"semantic scope {float(p_out):.2f} weighed with the judge's p={alone:.2f}"
+            )
         else:
             p = self.probability(x)
             bar = self.threshold

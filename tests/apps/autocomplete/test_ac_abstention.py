@@ -27,6 +27,7 @@ from rtgate.apps.autocomplete.abstention import (
     prefixes_of,
     replay,
     reread_scope,
+    why_of,
 )
 from rtgate.apps.autocomplete.engine import FAST_WINDOW_CHARS, MAX_PREFIX_CHARS, EngineConfig
 from rtgate.apps.autocomplete.sessions import lexicon
@@ -207,7 +208,8 @@ def test_the_cause_of_a_cloud_job_is_read_from_the_trace() -> None:
     assert cause_of(trace("local not trusted alone (p=0.05 < 0.09: 2 intents)")) == "judge"
     semantic = "local not trusted alone (p=0.95 >= 0.09 (vetoed): semantic scope 0.91)"
     assert cause_of(trace(semantic)) == "semantic"
-    weighed = "local not trusted alone (p=0.05 < 0.20: semantic scope 0.91 weighed)"
+    weighed = "local not trusted alone (p=0.05 < 0.20: semantic scope 0.91 weighed with the judge's"
+    weighed += " p=0.64)"
     assert cause_of(trace(weighed)) == "judge_semantic"
     complex_ = ("local", "declined", "local: a complex ask (p=0.80)")
     assert cause_of(trace(None, complex_)) == "declined_complex"
@@ -228,7 +230,23 @@ async def test_evaluate_says_why_each_delegated_ask_went(
     assert cause.split("@")[0] in CAUSES
     multi = report["asks"][1]
     assert multi["cause"] == cause and MULTI.text.startswith(multi["by_prefix"])
+    assert isinstance(multi["why"], str) and multi["why"]  # the trace's line for it
     assert report["asks"][0]["cause"] is None and report["asks"][0]["by_prefix"] is None
+    assert report["asks"][0]["why"] is None
+
+
+def test_the_line_of_a_trace_that_says_why_its_job_started() -> None:
+    judged = {"abstained": "local not trusted alone (p=0.10 < 0.83: 2 intents)",
+              "degraded": "x", "attempts": [{"tier": "local", "outcome": "declined",
+                                             "detail": "local: unknown ask"}]}  # fmt: skip
+    assert why_of(judged) == judged["abstained"]
+    declined = {"degraded": "silent", "attempts": [
+        {"tier": "template", "outcome": "declined", "detail": "no template"},
+        {"tier": "local", "outcome": "declined", "detail": "local: a complex ask (p=0.80)"},
+        {"tier": "cache", "outcome": "miss", "detail": "not seen"}]}  # fmt: skip
+    assert why_of(declined) == "no template; local: a complex ask (p=0.80)"
+    assert why_of({"degraded": "no fast tier within the budget"}).startswith("no fast tier")
+    assert why_of({}) == ""
 
 
 def test_four_thresholds_are_chosen_together_keeping_simple_asks_fast() -> None:

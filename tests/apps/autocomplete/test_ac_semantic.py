@@ -345,3 +345,23 @@ async def test_the_shipped_judge_weighs_only_the_pause_reading(reader: Reader) -
         )
         await engine.settle()
     assert typed.job_id is None and scope.calls == []
+
+
+async def test_a_late_job_keeps_the_judges_line_with_both_of_its_inputs(reader: Reader) -> None:
+    # session 29: at the pause the judge weighs the semantic reading with its own; the line
+    # it leaves for the late job names both, so a replay can tell which one tipped it
+    engine = AutocompleteEngine.build(
+        EngineConfig(), reader=reader, cloud=BackgroundOnly(GatedCloud())
+    )
+    assert engine.watch is not None
+    engine.watch.scope = FakeScope()  # type: ignore[assignment]  # "weather": 0.9 out
+    late: list[str] = []
+    ask = "how do i pay my card bill when the weather is bad"
+    async with engine:
+        res = await engine.complete(
+            ask, session="s", on_late=lambda p, j: late.append(j), pause=True
+        )
+        await engine.settle()
+    assert res.job_id is None and len(late) == 1  # answered fast, then sent on late
+    why = engine.late_why[late[0]]
+    assert "semantic scope 0.90 weighed with the judge's p=" in why

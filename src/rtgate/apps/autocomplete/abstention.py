@@ -113,6 +113,7 @@ __all__ = [
     "replay",
     "reread_scope",
     "run_sets",
+    "why_of",
 ]
 
 ASK_SETS = {
@@ -185,6 +186,16 @@ def cause_of(trace: Mapping[str, Any]) -> str:
     if "beyond the fast window" in detail:
         return "beyond_window"
     return "other"
+
+
+def why_of(trace: Mapping[str, Any]) -> str:
+    """The line of a trace that says why its cloud job started: the judge's (``abstained``,
+    with its inputs), else the fast tiers' declines, else the gate's (``degraded``)."""
+    if trace.get("abstained"):
+        return str(trace["abstained"])
+    local = trace.get("attempts", [])
+    declines = [str(a.get("detail", "")) for a in local if a.get("outcome") == "declined"]
+    return "; ".join(declines) or str(trace.get("degraded") or "")
 
 
 @dataclass(slots=True)
@@ -584,7 +595,8 @@ async def evaluate(
 ) -> dict[str, Any]:
     """The goals on ``asks`` through ``engine.complete`` (the path a user's box takes);
     ``per_ask``: also each ask's outcome (``asks``: text, kind, lang, delegated, and
-    when delegated the cause and the prefix that started the first cloud job)."""
+    when delegated the cause, the trace's line for it and the prefix that started the first
+    cloud job)."""
     lex = lexicon(e.text for e in load_corpus())
     judge = engine.gate.judge
     # a late job: the check's veto, or (a judge that weighs the reading) the judge with it
@@ -597,6 +609,7 @@ async def evaluate(
     late: list[str] = []  # cloud jobs the semantic check started after a fast answer
     cause: dict[int, str] = {}  # each delegated ask: why its first cloud job started
     trigger: dict[int, str] = {}  # and the prefix that started it
+    why: dict[int, str] = {}  # and the trace's line for it (the judge's inputs, a decline)
 
     def calibrate(ask: Ask, prefix: str, trace: dict[str, Any], pause: bool = False) -> None:
         """A reliability row for a judged prefix that may be delegated and is labelled."""
@@ -623,11 +636,13 @@ async def evaluate(
             if res.job_id is not None:
                 jobs.append(res.job_id)
                 cause.setdefault(i, cause_of(res.trace))
+                why.setdefault(i, why_of(res.trace))
                 trigger.setdefault(i, prefix)
             # a person types a key every ~100-300 ms; the semantic check (10-50 ms) of a
             # word's end is done before the next key
             await engine.settle()
             if late:
+                why.setdefault(i, engine.late_why.get(late[0], ""))
                 jobs.extend(late)
                 late.clear()
                 cause.setdefault(i, late_cause)
@@ -652,8 +667,10 @@ async def evaluate(
             calibrate(ask, keys[-1], res.trace, pause=True)
             if res.job_id is not None:
                 cause.setdefault(i, cause_of(res.trace) + "@pause")
+                why.setdefault(i, why_of(res.trace))
             elif late:
                 cause.setdefault(i, late_cause + "@pause")
+                why.setdefault(i, engine.late_why.get(late[0], ""))
             trigger.setdefault(i, keys[-1])
             jobs.extend([*late, *([res.job_id] if res.job_id is not None else [])])
             late.clear()
@@ -687,6 +704,7 @@ async def evaluate(
     if per_ask:
         out["asks"] = [{"text": a.text, "kind": a.kind, "lang": a.lang,
                         "delegated": went.get(k, False), "cause": cause.get(k),
+                        "why": why.get(k) if went.get(k, False) else None,
                         "by_prefix": trigger.get(k) if went.get(k, False) else None}
                        for k, a in enumerate(asks)]  # fmt: skip
     out["over_budget"] = over

@@ -81,6 +81,7 @@ from rtgate.tiers.textnorm import lang_of
 
 __all__ = [
     "FAST_WINDOW_CHARS",
+    "LATE_WHY",
     "MAXMIN_POINT",
     "MAX_PREFIX_CHARS",
     "PLACEHOLDER",
@@ -113,6 +114,7 @@ keeps about twice as many long simple asks fast and delegates 5-12 points fewer 
 ones (docs/architecture.md)."""
 # a prefix longer than this is refused (``InvalidRequest``): no box sends one
 MAX_PREFIX_CHARS = 4096
+LATE_WHY = 256  # the late jobs whose reason the engine keeps (``late_why``)
 MIN_BUDGET_MS, MAX_BUDGET_MS = 5.0, 10_000.0
 PLACEHOLDER = {"zh": "正在为你生成建议…", "en": "Finding suggestions…"}
 ROUTES = ("template", "cache", "local", "cloud_async", "silent")
@@ -294,6 +296,8 @@ class AutocompleteEngine:
         self.watch: SemanticWatch | None = None
         self._on_late: OrderedDict[str, Callable[[str, str], None]] = OrderedDict()
         self.late_jobs = 0
+        # why each late job started (the judge's line in its trace), newest LATE_WHY kept
+        self.late_why: OrderedDict[str, str] = OrderedDict()
         if isinstance(gate.judge, SemanticVeto):
             # a judge that weighs the check's reading is handed every one it can act on
             # (only the pause's, when its typed threshold is 0), else the vetoes
@@ -548,6 +552,9 @@ class AutocompleteEngine:
         if res.job_id is None:
             return
         self.late_jobs += 1
+        self.late_why[res.job_id] = res.trace.abstained or res.trace.degraded or ""
+        while len(self.late_why) > LATE_WHY:  # policy when full: the oldest line goes
+            self.late_why.popitem(last=False)
         self._spawn(self._remember(res.job_id, prefix))
         tell(prefix, res.job_id)
 
