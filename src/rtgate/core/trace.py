@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rtgate.core.errors import RtgateError
 
-__all__ = ["Attempt", "Outcome", "Trace", "error_detail"]
+__all__ = ["Attempt", "Outcome", "Trace", "error_detail", "why_of"]
 
 Outcome = Literal[
     "answered",  # produced the answer
@@ -75,6 +76,17 @@ class Trace:
             "abstained": self.abstained,
             "attempts": [a.to_dict() for a in self.attempts],
         }
+
+
+def why_of(trace: Mapping[str, Any]) -> str:
+    """The line of a trace (:meth:`Trace.to_dict`) that says why its cloud job started: the
+    judge's (``abstained``, with its inputs), else the fast tiers' declines, else the gate's
+    (``degraded``)."""
+    if trace.get("abstained"):
+        return str(trace["abstained"])
+    local = trace.get("attempts", [])
+    declines = [str(a.get("detail", "")) for a in local if a.get("outcome") == "declined"]
+    return "; ".join(declines) or str(trace.get("degraded") or "")
 
 
 MAX_DETAIL = 200

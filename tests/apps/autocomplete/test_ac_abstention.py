@@ -27,11 +27,11 @@ from rtgate.apps.autocomplete.abstention import (
     prefixes_of,
     replay,
     reread_scope,
-    why_of,
 )
 from rtgate.apps.autocomplete.engine import FAST_WINDOW_CHARS, MAX_PREFIX_CHARS, EngineConfig
 from rtgate.apps.autocomplete.sessions import lexicon
 from rtgate.apps.autocomplete.tiers import BackgroundOnly, Reader
+from rtgate.core.trace import why_of
 from rtgate.domains.loader import Ask, load_judge
 from tests.apps.autocomplete.ac_helpers import engine_with
 

@@ -61,6 +61,7 @@ from rtgate.apps.autocomplete.pool import units
 from rtgate.apps.autocomplete.sessions import lexicon, typed
 from rtgate.core.errors import ConfigError, InvalidRequest
 from rtgate.core.request import Request
+from rtgate.core.trace import why_of
 from rtgate.domains.loader import (
     DATA_DIR,
     Ask,
@@ -113,7 +114,6 @@ __all__ = [
     "replay",
     "reread_scope",
     "run_sets",
-    "why_of",
 ]
 
 ASK_SETS = {
@@ -186,16 +186,6 @@ def cause_of(trace: Mapping[str, Any]) -> str:
     if "beyond the fast window" in detail:
         return "beyond_window"
     return "other"
-
-
-def why_of(trace: Mapping[str, Any]) -> str:
-    """The line of a trace that says why its cloud job started: the judge's (``abstained``,
-    with its inputs), else the fast tiers' declines, else the gate's (``degraded``)."""
-    if trace.get("abstained"):
-        return str(trace["abstained"])
-    local = trace.get("attempts", [])
-    declines = [str(a.get("detail", "")) for a in local if a.get("outcome") == "declined"]
-    return "; ".join(declines) or str(trace.get("degraded") or "")
 
 
 @dataclass(slots=True)

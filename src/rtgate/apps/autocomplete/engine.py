@@ -57,6 +57,7 @@ from rtgate.core.budget import Budget
 from rtgate.core.errors import ConfigError, InvalidBudget, InvalidRequest, JobNotFound
 from rtgate.core.request import Request
 from rtgate.core.text_rules import check_text
+from rtgate.core.trace import why_of
 from rtgate.domains.loader import (
     INTENTS,
     READER_PARAMS,
@@ -552,7 +553,7 @@ class AutocompleteEngine:
         if res.job_id is None:
             return
         self.late_jobs += 1
-        self.late_why[res.job_id] = res.trace.abstained or res.trace.degraded or ""
+        self.late_why[res.job_id] = why_of(res.trace.to_dict())
         while len(self.late_why) > LATE_WHY:  # policy when full: the oldest line goes
             self.late_why.popitem(last=False)
         self._spawn(self._remember(res.job_id, prefix))
