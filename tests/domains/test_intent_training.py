@@ -74,9 +74,10 @@ def _asks(
 
 def test_the_shipped_sets_are_learned_and_the_checked_ones_are_not() -> None:
     names = {f.name for f in intent_ask_files()}
-    assert "asks-train2.jsonl" in names and len(names) == 26
+    assert "asks-train2.jsonl" in names and len(names) == 28
     assert {"asks-eval18-zh.jsonl", "asks-eval19-en.jsonl"} <= names  # played, moved in (s25)
     assert {"asks-eval20-zh.jsonl", "asks-eval23-en.jsonl"} <= names  # played, moved in (s29)
+    assert {"asks-eval25-zh.jsonl", "asks-eval25-en.jsonl"} <= names  # played, moved in (s30)
     # the judge's fitting set and every set kept for checking stay out of the reader
     for kept in ("tune", "val", "val2", "val3", "eval6", "eval9", "eval10"):
         assert f"asks-{kept}.jsonl" not in names
