@@ -76,7 +76,7 @@ def cmd_read(args: argparse.Namespace) -> None:
 
 
 def _logistic(coef: list[float], b: float, x: list[float]) -> float:
-    z = b + sum(w * v for w, v in zip(coef, x[:N_JUDGE], strict=True))
+    z = b + sum(w * v for w, v in zip(coef, x[: len(coef)], strict=True))
     return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
 
 
@@ -194,79 +194,153 @@ def cmd_grid(args: argparse.Namespace) -> None:
             print(f"  {n:28s} complex {c:.1%}  simple fast {s:.1%}   ({per})")
 
 
-def _fused_inputs(v: SetView, coef: list[float], b: float, rows: list[dict[str, Any]]) -> Any:
-    """Per row: the judge's logit, the semantic check's logit, English (the fused inputs)."""
-    z = np.asarray([b + sum(w * x for w, x in zip(coef, r["x"][:N_JUDGE], strict=True))
-                    if r["x"] else 30.0 for r in rows])  # fmt: skip
+N_ALL = 21  # a row's inputs: the judge's 19 and the scope readings as logits (SCOPE_LOGITS)
+
+
+def _fused_inputs(
+    v: SetView, coef: list[float], b: float, rows: list[dict[str, Any]], inputs: str
+) -> Any:
+    """Per row, the fused model's inputs. ``small`` (session 28): the judge's logit, the
+    semantic check's logit, English. ``all`` (session 31): the judge's 19 inputs, the two
+    scope logits and the semantic check's logit, each weighed on its own."""
     sem = np.clip(v.sem, 1e-4, 1 - 1e-4)
+    semantic = np.log(sem / (1 - sem))
+    if inputs == "all":
+        x = np.asarray([r["x"][:N_ALL] if r["x"] else [0.0] * N_ALL for r in rows], dtype=float)
+        return np.concatenate([x, semantic[:, None]], 1)
+    z = np.asarray([b + sum(w * x for w, x in zip(coef[:N_JUDGE], r["x"][:N_JUDGE], strict=True))
+                    if r["x"] else 30.0 for r in rows])  # fmt: skip
     en = np.asarray([1.0 - r["x"][N_JUDGE - 1] if r["x"] else 0.0 for r in rows])
-    return np.stack([z, np.log(sem / (1 - sem)), en], 1)
+    return np.stack([z, semantic, en], 1)
 
 
-def cmd_fuse(args: argparse.Namespace) -> None:
-    """At the pause, one logistic model of P(complex) over the judge's logit, the semantic
-    check's logit and the language, fitted on the pause rows of the ``--pick`` sets, in
-    place of the two bars (the OR rule). A typed prefix delegates as before (the judge's
-    typed threshold, the n-gram scope bar, a decline of the whole ask at the pause). The
-    point: the lowest P(complex) bar that delegates ``--min-complex`` of the picking sets'
-    complex asks at the highest share of simple asks kept fast. ``--write`` stores it as
-    the judge's semantic part (judge.json, format 2): ``p_right = 1 - P(complex)``, the
-    part's pause threshold ``1 - bar``, typed 0 (a typed prefix is not judged with it), and
-    the plain judge's pause threshold set to its typed one (it no longer decides alone)."""
-    from sklearn.linear_model import LogisticRegression
+class Fused:
+    """A logistic model of P(complex) at the pause, fitted on standardised inputs (so the
+    penalty treats every input alike) and kept in the inputs' own units."""
 
-    from rtgate.domains.loader import judge_path
+    def __init__(self, f: Any, y: Any, c: float = 1.0) -> None:
+        from sklearn.linear_model import LogisticRegression
 
-    path = judge_path()
-    judge = json.loads(path.read_text(encoding="utf-8"))
-    coef, b = [float(w) for w in judge["coef"]][:N_JUDGE], float(judge["intercept"])
-    typed_t = float(judge["threshold"])
-    jbars = judge.get("scope_bars", {})
-    data = json.loads(args.rows.read_text(encoding="utf-8"))
-    read = json.loads(args.read.read_text(encoding="utf-8"))
-    views: dict[str, tuple[SetView, Any]] = {}
-    for n, d in data.items():
-        v = SetView(d, read["sets"][n], judge)
-        v.anyway = v.anyway & v.pause  # a typed prefix nobody reads waits (NotYet)
-        views[n] = (v, _fused_inputs(v, coef, b, d["rows"]))
-    pick = [n for n in views if any(p in n for p in args.pick)]
-    xs, ys = [], []
-    for n in pick:
-        v, f = views[n]
-        m = v.pause & v.answered
-        xs.append(f[m])
-        ys.append(~v.simple[v.ask[m]])
-    model = LogisticRegression(C=1.0, max_iter=1000).fit(np.concatenate(xs), np.concatenate(ys))
+        mu, sd = f.mean(0), f.std(0) + 1e-9
+        m = LogisticRegression(C=c, max_iter=5000).fit((f - mu) / sd, y)
+        self.w = m.coef_[0] / sd
+        self.b = float(m.intercept_[0] - np.sum(m.coef_[0] * mu / sd))
 
-    def went(v: SetView, f: Any, bar: float) -> np.ndarray[Any, Any]:
+    def p(self, f: Any) -> Any:
+        return 1.0 / (1.0 + np.exp(-np.clip(f @ self.w + self.b, -60.0, 60.0)))
+
+
+class FuseSets:
+    """The pause rows of some sets, the fused model's inputs, and the engine's rule."""
+
+    def __init__(self, args: argparse.Namespace, judge: dict[str, Any]) -> None:
+        coef, b = [float(w) for w in judge["coef"]][:N_JUDGE], float(judge["intercept"])
+        self.typed_t = float(judge["threshold"])
+        self.jbars = judge.get("scope_bars", {})
+        data = json.loads(args.rows.read_text(encoding="utf-8"))
+        read = json.loads(args.read.read_text(encoding="utf-8"))
+        self.views: dict[str, tuple[SetView, Any]] = {}
+        for n, d in data.items():
+            v = SetView(d, read["sets"][n], judge)
+            v.anyway = v.anyway & v.pause  # a typed prefix nobody reads waits (NotYet)
+            self.views[n] = (v, _fused_inputs(v, coef, b, d["rows"], args.inputs))
+
+    def fit(self, names: list[str], c: float) -> Fused:
+        xs, ys = [], []
+        for n in names:
+            v, f = self.views[n]
+            m = v.pause & v.answered
+            xs.append(f[m])
+            ys.append(~v.simple[v.ask[m]])
+        return Fused(np.concatenate(xs), np.concatenate(ys), c)
+
+    def went(self, n: str, model: Fused, bar: float) -> np.ndarray[Any, Any]:
         # the engine's rule with the judge at its typed threshold everywhere and the scope's
         # bars off, or the fused model at a pause row
-        out = v.went((typed_t, typed_t), (_OFF, _OFF), jbars)
+        v, f = self.views[n]
+        out = v.went((self.typed_t, self.typed_t), (_OFF, _OFF), self.jbars)
         m = v.pause & v.answered
         s = np.zeros(len(v.p))
-        s[m] = model.predict_proba(f[m])[:, 1]
+        s[m] = model.p(f[m])
         np.logical_or.at(out, v.ask, m & (s >= bar))
         return out
 
-    best: tuple[float, float, float] | None = None
-    for bar in np.arange(0.02, 0.9, 0.005):
-        cs: list[bool] = []
-        ss: list[bool] = []
-        for n in pick:
-            v, f = views[n]
-            w = went(v, f, bar)
-            cs += list(w[~v.simple])
-            ss += list(~w[v.simple])
-        c, s = float(np.mean(cs)), float(np.mean(ss))
-        if c >= args.min_complex and (best is None or s > best[2]):
-            best = (round(float(bar), 3), c, s)
-    assert best is not None, "no bar delegates --min-complex of the picking sets' complex asks"
-    w_z, w_s, w_en = (float(x) for x in model.coef_[0])
-    b_f = float(model.intercept_[0])
-    print(f"P(complex) = sigmoid({b_f:.4f} + {w_z:.4f} judge + {w_s:.4f} semantic + {w_en:.4f} en)")
+    def counts(self, names: list[str], model: Fused, bar: float) -> tuple[int, int, int, int]:
+        """Complex asks delegated, complex asks, simple asks kept fast, simple asks."""
+        c = cn = s = sn = 0
+        for n in names:
+            v = self.views[n][0]
+            w = self.went(n, model, bar)
+            c, cn = c + int(w[~v.simple].sum()), cn + int((~v.simple).sum())
+            s, sn = s + int((~w[v.simple]).sum()), sn + int(v.simple.sum())
+        return c, cn, s, sn
+
+    def pick(self, names: list[str], model: Fused, min_complex: float) -> tuple[float, ...]:
+        """The bar keeping the most simple asks fast among those delegating at least
+        ``min_complex`` of the complex asks of ``names``."""
+        best: tuple[float, float, float] | None = None
+        for bar in np.arange(0.02, 0.9, 0.005):
+            c, cn, s, sn = self.counts(names, model, float(bar))
+            if c / cn >= min_complex and (best is None or s / sn > best[2]):
+                best = (round(float(bar), 3), c / cn, s / sn)
+        assert best is not None, "no bar delegates --min-complex of the picking sets' complex asks"
+        return best
+
+
+def _group(name: str) -> str:
+    """The played set a file belongs to: ``asks-eval24-zh.jsonl`` -> ``eval24``."""
+    return name.removeprefix("asks-").removesuffix(".jsonl").split("-")[0]
+
+
+def cmd_cv(args: argparse.Namespace) -> None:
+    """Leave one played set out: fit and pick on the others, replay the one left out; the
+    pooled figures are what a blind set may expect of the recipe (session 31)."""
+    from rtgate.domains.loader import judge_path
+
+    sets = FuseSets(args, json.loads(judge_path().read_text(encoding="utf-8")))
+    groups = sorted({_group(n) for n in sets.views})
+    total = np.zeros(4, dtype=int)
+    for g in groups:
+        fit = [n for n in sets.views if _group(n) != g]
+        model = sets.fit(fit, args.c)
+        bar = sets.pick(fit, model, args.min_complex)[0]
+        got = sets.counts([n for n in sets.views if _group(n) == g], model, bar)
+        total += got
+        print(f"  {g:8s} bar {bar:.3f}: complex {got[0]}/{got[1]}  simple fast {got[2]}/{got[3]}")
+    c, cn, s, sn = (int(t) for t in total)
+    print(
+        f"left out, pooled ({args.inputs}): complex {c}/{cn} ({c / cn:.1%})  "
+        f"simple fast {s}/{sn} ({s / sn:.1%})"
+    )
+
+
+def cmd_fuse(args: argparse.Namespace) -> None:
+    """At the pause, one logistic model of P(complex) in place of the two bars (the OR
+    rule), fitted on the pause rows of the ``--pick`` sets: over the judge's logit, the
+    semantic check's logit and English (``--inputs small``, session 28), or over every input
+    of the judge, the scope logits and the semantic logit (``--inputs all``, session 31). A
+    typed prefix delegates as before (the judge's typed threshold, the n-gram scope bar, a
+    decline of the whole ask at the pause). The point: the lowest P(complex) bar that
+    delegates ``--min-complex`` of the picking sets' complex asks at the highest share of
+    simple asks kept fast. ``--write`` stores it as the judge's semantic part (judge.json,
+    format 2): ``p_right = 1 - P(complex)``, the part's pause threshold ``1 - bar``, typed 0
+    (a typed prefix is not judged with it), and the plain judge's pause threshold set to its
+    typed one (it no longer decides alone); with ``--inputs all`` the judge reads the scope
+    logits too (the plain judge weighs them 0)."""
+    from rtgate.domains.loader import judge_path
+    from rtgate.tiers.answerability import SCOPE_LOGITS
+
+    path = judge_path()
+    judge = json.loads(path.read_text(encoding="utf-8"))
+    sets = FuseSets(args, judge)
+    pick = [n for n in sets.views if any(p in n for p in args.pick)]
+    model = sets.fit(pick, args.c)
+    best = sets.pick(pick, model, args.min_complex)
+    terms = " ".join(f"{w:+.4f}·x{i}" for i, w in enumerate(model.w))
+    print(f"P(complex) = sigmoid({model.b:.4f} {terms})")
     print(f"picked on {pick}: bar {best[0]}: complex {best[1]:.1%} simple fast {best[2]:.1%}")
-    for n, (v, f) in views.items():
-        w = went(v, f, best[0])
+    for n, (v, _) in sets.views.items():
+        w = sets.went(n, model, best[0])
         per = "  ".join(
             f"{lang} {v.shares(w, lang)[0]:.1%}/{v.shares(w, lang)[1]:.1%}"
             for lang in ("zh", "en")
@@ -275,25 +349,39 @@ def cmd_fuse(args: argparse.Namespace) -> None:
         print(f"  {n:28s} {per}")
     if not args.write:
         return
-    # p_right = 1 - P(complex) = sigmoid(-(b_f + w_z (b + coef.x) + w_s L + w_en (1 - zh)))
-    part = [-w_z * c for c in coef]
-    part[N_JUDGE - 1] += w_en  # the judge's last input is "zh"
+    coef, b = [float(w) for w in judge["coef"]], float(judge["intercept"])
     names = judge["features"]
-    assert names[N_JUDGE - 1] == "zh" and len(names) == N_JUDGE, names
+    assert names[N_JUDGE - 1] == "zh" and len(names) in (N_JUDGE, N_ALL), names
+    if args.inputs == "all":
+        # p_right = 1 - P(complex) = sigmoid(-(b_f + w·[x, scope logits, semantic]))
+        judge["features"] = [*names[:N_JUDGE], *SCOPE_LOGITS]
+        judge["coef"] = [*coef[:N_JUDGE], 0.0, 0.0]
+        part = [-float(w) for w in model.w]
+        intercept = -model.b
+        inputs = [*judge["features"], "semantic_logit"]
+    else:
+        assert len(names) == N_JUDGE, "--inputs small reads a 19-input judge"
+        # p_right = sigmoid(-(b_f + w_z (b + coef.x) + w_s L + w_en (1 - zh)))
+        w_z, w_s, w_en = (float(x) for x in model.w)
+        part = [-w_z * c for c in coef]
+        part[N_JUDGE - 1] += w_en  # the judge's last input is "zh"
+        part.append(-w_s)
+        intercept = -(model.b + w_z * b + w_en)
+        inputs = ["judge_logit", "semantic_logit", "en"]
     picked = f"fused at the pause on {', '.join(args.pick)} (>= {args.min_complex:.0%} complex)"
     judge["format"] = "rtgate.judge/2"
-    judge["pause_threshold"] = typed_t
-    judge["meta"]["pause_threshold"] = typed_t
+    judge["pause_threshold"] = float(judge["threshold"])
+    judge["meta"]["pause_threshold"] = float(judge["threshold"])
     judge["semantic"] = {
-        "coef": [round(c, 6) for c in [*part, -w_s]],
-        "intercept": round(-(b_f + w_z * b + w_en), 6),
+        "coef": [round(c, 6) for c in part],
+        "intercept": round(intercept, 6),
         "threshold": 0.0,
         "pause_threshold": round(1.0 - best[0], 4),
     }
     judge["meta"]["semantic_part"] = {
-        "inputs": ["judge_logit", "semantic_logit", "en"],
-        "coef": [round(w_z, 6), round(w_s, 6), round(w_en, 6)],
-        "intercept": round(b_f, 6),
+        "inputs": inputs,
+        "coef": [round(float(w), 6) for w in model.w],
+        "intercept": round(model.b, 6),
         "bar": best[0],
         "picked": picked,
         "complex": round(best[1], 4),
@@ -355,12 +443,26 @@ def main() -> None:
     fu.add_argument("--pick", action="append", default=[])
     fu.add_argument("--min-complex", type=float, default=0.95)
     fu.add_argument("--write", action="store_true", help="store the point in judge.json")
+    cv = sub.add_parser("cv")
+    cv.add_argument("--rows", type=Path, required=True)
+    cv.add_argument("--read", type=Path, required=True)
+    cv.add_argument("--min-complex", type=float, default=0.95)
+    for q in (fu, cv):
+        q.add_argument("--inputs", choices=("small", "all"), default="all")
+        q.add_argument("--c", type=float, default=1.0, help="the fit's inverse penalty")
     st = sub.add_parser("set")
     st.add_argument("--judge", required=True, help="typed/pause thresholds, e.g. 0.02/0.53")
     st.add_argument("--bars", required=True, help="typing/pause bars, e.g. 1.01/0.625")
     st.add_argument("--why", required=True, help="where the point was picked")
     args = ap.parse_args()
-    cmds = {"rows": cmd_rows, "read": cmd_read, "grid": cmd_grid, "fuse": cmd_fuse, "set": cmd_set}
+    cmds = {
+        "rows": cmd_rows,
+        "read": cmd_read,
+        "grid": cmd_grid,
+        "fuse": cmd_fuse,
+        "cv": cmd_cv,
+        "set": cmd_set,
+    }
     cmds[args.cmd](args)
 
 

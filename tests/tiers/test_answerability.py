@@ -418,19 +418,22 @@ def test_one_analysis_per_normalised_text_and_the_cache_is_bounded() -> None:
 
 
 def test_the_cards_judge_decides_at_the_pause_with_the_semantic_reading() -> None:
-    # session 28: one model over the judge's logit and the semantic check's (its fit kept
-    # in meta) in place of the two bars; a typed prefix is never judged with the reading
+    # session 28: one model at the pause in place of the two bars (its fit kept in meta);
+    # since session 31 it weighs each of the judge's inputs, the scope logits and the
+    # semantic check's logit; a typed prefix is never judged with the reading
     judge = load_judge()
     part, fused = judge.semantic, judge.meta["semantic_part"]
     assert judge.weighs_semantic and part is not None and part.threshold == 0.0
     assert judge.pause_threshold == judge.threshold  # the plain part no longer decides alone
+    assert judge.inputs[-2:] == SCOPE_LOGITS and list(judge.coef[-2:]) == [0.0, 0.0]
+    assert fused["inputs"] == [*judge.inputs, "semantic_logit"]
     ask = "信用卡积分怎么兑换里程"
     x, _ = judge.features(ask)
-    z = math.log(judge.probability(x) / (1.0 - judge.probability(x)))
-    w_z, w_s, _ = fused["coef"]  # the last weighs English: this ask is Chinese
+    assert len(x) == len(judge.inputs)
     for p_out in (0.01, 0.5, 0.99):
         s = math.log(p_out / (1.0 - p_out))
-        p_complex = 1.0 / (1.0 + math.exp(-(fused["intercept"] + w_z * z + w_s * s)))  # zh
+        z = fused["intercept"] + sum(w * v for w, v in zip(fused["coef"], [*x, s], strict=True))
+        p_complex = 1.0 / (1.0 + math.exp(-z))
         assert part.probability(x, p_out) == pytest.approx(1.0 - p_complex, abs=1e-4)
     at_pause = {"pause": True}
     calm = judge.judge(Request(ask, meta={**at_pause, "semantic_out": 0.01}), None)
