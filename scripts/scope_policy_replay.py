@@ -6,8 +6,10 @@ readings of every delegable prefix of some ask sets, combined by the engine's ru
     .venv/bin/python scripts/scope_policy_replay.py read --rows rows.json --scope DIR --out r.json
     .venv/bin/python scripts/scope_policy_replay.py grid --rows rows.json --read r.json \
         --pick eval11 --pick eval12
+    .venv/bin/python scripts/scope_policy_replay.py cv --rows rows.json --read r.json \
+        [--inputs small|all]
     .venv/bin/python scripts/scope_policy_replay.py fuse --rows rows.json --read r.json \
-        --pick eval11 --pick eval12 --pick eval17 [--write]
+        --pick eval11 --pick eval12 --pick eval17 --pick eval24 --pick eval26 [--write]
 
 ``rows`` runs a judge-less engine over the asks (``abstention.gather`` without the
 semantic check); ``read`` adds one scope model's reading of each answered prefix (DIR: a
@@ -22,8 +24,11 @@ of complex asks delegated and of simple asks kept fast, per set, with the engine
   also reach the overrule, 0.99);
 - an ask is delegated when any of its prefixes is.
 
-``fuse`` (session 28) fits one model at the pause over the judge's and the semantic check's
-logits in place of their two bars, and stores it as the judge's semantic part.
+``fuse`` (session 28) fits one model at the pause in place of their two bars, and stores it
+as the judge's semantic part: over the judge's logit, the semantic check's and the language
+(``--inputs small``), or since session 31 over every input of the judge, the n-gram scope's
+logits and the semantic check's (``--inputs all``, the default). ``cv`` (session 31) leaves
+each played set out in turn: fit and pick on the others, replay the one left out.
 
 The bars are picked on the ``--pick`` sets (the highest lower share of the two, among
 points that delegate at least ``--min-complex`` of their complex asks) and reported on
