@@ -133,6 +133,14 @@ class SetView:
             (~went[s]).mean()
         ) if s.any() else math.nan
 
+    def per_lang(self, went: np.ndarray[Any, Any]) -> str:
+        """Complex delegated / simple kept fast, per language of the set."""
+        return "  ".join(
+            f"{lang} {self.shares(went, lang)[0]:.1%}/{self.shares(went, lang)[1]:.1%}"
+            for lang in ("zh", "en")
+            if (self.lang == lang).any()
+        )
+
 
 def cmd_grid(args: argparse.Namespace) -> None:
     from rtgate.domains.loader import judge_path
@@ -191,12 +199,7 @@ def cmd_grid(args: argparse.Namespace) -> None:
         for n, v in views.items():
             w = v.went(t, bars, jbars, judge_on=on)
             c, s = v.shares(w)
-            per = "  ".join(
-                f"{lang} {v.shares(w, lang)[0]:.1%}/{v.shares(w, lang)[1]:.1%}"
-                for lang in ("zh", "en")
-                if (v.lang == lang).any()
-            )
-            print(f"  {n:28s} complex {c:.1%}  simple fast {s:.1%}   ({per})")
+            print(f"  {n:28s} complex {c:.1%}  simple fast {s:.1%}   ({v.per_lang(w)})")
 
 
 N_ALL = 21  # a row's inputs: the judge's 19 and the scope readings as logits (SCOPE_LOGITS)
@@ -346,12 +349,7 @@ def cmd_fuse(args: argparse.Namespace) -> None:
     print(f"picked on {pick}: bar {best[0]}: complex {best[1]:.1%} simple fast {best[2]:.1%}")
     for n, (v, _) in sets.views.items():
         w = sets.went(n, model, best[0])
-        per = "  ".join(
-            f"{lang} {v.shares(w, lang)[0]:.1%}/{v.shares(w, lang)[1]:.1%}"
-            for lang in ("zh", "en")
-            if (v.lang == lang).any()
-        )
-        print(f"  {n:28s} {per}")
+        print(f"  {n:28s} {v.per_lang(w)}")
     if not args.write:
         return
     coef, b = [float(w) for w in judge["coef"]], float(judge["intercept"])
