@@ -133,6 +133,28 @@ def test_a_changed_ask_set_makes_the_shipped_file_stale(tmp_path: Path) -> None:
     assert load_reader_classifier(d).meta["reader_sha256"] == reader_digest(d)
 
 
+def test_a_manifest_s_comment_is_not_what_is_learned(tmp_path: Path) -> None:
+    d = _domain(tmp_path)
+    _asks(d, [("想把这笔一万二的家具分十二期", "zh", "simple", "installment")])
+    (d / "calls-x.jsonl").write_text(json.dumps(
+        {"text": "卡丢了想补一张", "lang": "zh", "kind": "simple", "topic": "card_loss"}
+    ) + "\n", encoding="utf-8")  # fmt: skip
+    (d / CORPUS_ASKS).write_text(json.dumps({"asks": ["calls-x.jsonl"]}), encoding="utf-8")
+    reader, corpus = reader_digest(d), corpus_digest(d)
+    # the comments say why a set is learned; rewording them learns nothing new (session 31:
+    # a reworded comment made the shipped reader stale, retrained at every start)
+    for name, sets in ((INTENT_ASKS, ["asks-x.jsonl"]), (CORPUS_ASKS, ["calls-x.jsonl"])):
+        doc = {"_comment": "learned since this session, for its callers' words", "asks": sets}
+        (d / name).write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    assert (reader_digest(d), corpus_digest(d)) == (reader, corpus)
+    # what the manifests name is: a set left out, or the same set under another name
+    (d / INTENT_ASKS).write_text(json.dumps({"asks": []}), encoding="utf-8")
+    assert reader_digest(d) != reader
+    (d / "asks-y.jsonl").write_bytes((d / "asks-x.jsonl").read_bytes())
+    (d / INTENT_ASKS).write_text(json.dumps({"asks": ["asks-y.jsonl"]}), encoding="utf-8")
+    assert reader_digest(d) != reader
+
+
 @pytest.mark.parametrize(
     ("content", "error"),
     [("{not json", "malformed"), ('{"asks": "asks-x.jsonl"}', "list of file names"),
