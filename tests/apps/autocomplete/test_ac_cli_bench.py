@@ -62,3 +62,17 @@ def test_bench_reports_the_article_table(tmp_path: Path) -> None:
     assert r["n"] == 120 and abs(sum(r["gate"]["share"].values()) - 1.0) < 1e-3
     assert r["baseline_all_cloud"]["p50_ms"] > r["gate"]["p99_ms"]
     assert plot.stat().st_size > 1000
+
+
+def test_refitting_the_judge_keeps_a_fused_judge_unless_told(tmp_path: Path) -> None:
+    from rtgate.apps.autocomplete.intents_cli import app as intents_app
+    from rtgate.domains.loader import judge_path
+    from rtgate.tiers.answerability import CalibratedJudge
+
+    shipped = tmp_path / "judge.json"
+    shipped.write_bytes(judge_path().read_bytes())
+    assert CalibratedJudge.load(shipped).weighs_semantic
+    got = CliRunner().invoke(intents_app, ["judge", "--out", str(shipped)])
+    assert got.exit_code == 2, got.output
+    assert "weighs the semantic check" in got.output and "--replace" in got.output
+    assert shipped.read_bytes() == judge_path().read_bytes()  # refused before any fitting

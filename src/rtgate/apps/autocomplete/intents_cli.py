@@ -166,13 +166,24 @@ def judge_cmd(
             "and the engine builds its local tier so; not the shipped judge, docs/architecture.md)"
         ),
     ] = True,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            help="write over a judge at OUT that weighs the semantic check (the shipped one: "
+            "its pause model is fitted by scripts/scope_policy_replay.py fuse, "
+            "docs/architecture.md, Session 31), which this command does not refit"
+        ),
+    ] = False,
 ) -> None:
     """Fit the judge on ASKS (and ``--train``'s sets) through the autocomplete engine and
     write it to OUT; with ``--generic``, the domain-free judge of the text's own signals
     too; with ``--single``, the format-2 judge on several ask sets (the semantic check read
-    on every prefix: minutes of embedding)."""
+    on every prefix: minutes of embedding). A judge at OUT that weighs the semantic check is
+    kept unless ``--replace``: its pause model is not this command's to fit."""
     from rtgate.apps.autocomplete.abstention import ask_set, fit, fit_generic
     from rtgate.domains.loader import GENERIC_JUDGE, scope_path, train_scope
+
+    _keep_fused(out, replace)
 
     scope = train_scope()  # the scope classifier the judge reads asks with, shipped beside it
     scope.save(scope_path())
@@ -208,6 +219,26 @@ def judge_cmd(
     )
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def _keep_fused(out: Path, replace: bool) -> None:
+    """Refuse, before any fitting, to write over a judge at ``out`` that weighs the semantic
+    check, unless ``replace``: this command would drop the pause model fitted on it."""
+    from rtgate.core.errors import ConfigError
+    from rtgate.tiers.answerability import CalibratedJudge
+
+    if replace or not out.exists():
+        return
+    try:
+        fused = CalibratedJudge.load(out).weighs_semantic
+    except ConfigError:
+        return  # not a judge this version reads: refitting it is the way out
+    if fused:
+        raise typer.BadParameter(
+            f"{out} weighs the semantic check at the pause (fitted by "
+            "scripts/scope_policy_replay.py fuse, docs/architecture.md, Session 31), which "
+            "this command does not refit: write elsewhere with --out, or pass --replace"
+        )
 
 
 def _fit_single(
