@@ -38,8 +38,8 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff format --check src tests scripts
 	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)

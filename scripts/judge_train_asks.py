@@ -44,10 +44,10 @@ from rtgate.apps.autocomplete.abstention import (
     reread_scope,
 )
 from rtgate.domains.loader import (
-    SCOPE_TRAIN_ASKS,
     Ask,
     load_judge,
     load_semantic_scope,
+    scope_ask_files,
     train_scope,
 )
 from rtgate.tiers.answerability import CalibratedJudge, feature_names, fit_judge
@@ -141,9 +141,10 @@ def report(
 
 
 def reread(g: dict[str, tuple[list[Ask], list[Row]]]) -> None:
+    learned = {f.name for f in scope_ask_files()}  # (SCOPE_TRAIN_ASKS before session 18)
     for name in FIT:
         file = ASK_SETS[name].name
-        if file in SCOPE_TRAIN_ASKS:
+        if file in learned:
             reread_scope(g[name][1], train_scope(leave_out=(file,)))
 
 

@@ -161,7 +161,9 @@ def cmd_grid(args: argparse.Namespace) -> None:
                 points.append((t, (typing, pause), on))
     pick = [n for n in views if any(p in n for p in args.pick)]
 
-    def pooled(names: list[str], t, bars, on) -> tuple[float, float]:
+    def pooled(
+        names: list[str], t: tuple[float, float], bars: tuple[float, float], on: bool
+    ) -> tuple[float, float]:
         cs, ss = [], []
         for n in names:
             v = views[n]
@@ -192,8 +194,9 @@ def cmd_grid(args: argparse.Namespace) -> None:
     for e in args.point:  # judge typed/pause thresholds (or "off"), then the two bars
         j, bars_ = e.split(":")
         on = j != "off"
-        t = tuple(float(v) for v in j.split("/")) if on else (0.0, 0.0)
-        shown.append((f"point {e}", t, tuple(float(v) for v in bars_.split("/")), on))
+        typed, pause = (float(v) for v in j.split("/")) if on else (0.0, 0.0)
+        b0, b1 = (float(v) for v in bars_.split("/"))
+        shown.append((f"point {e}", (typed, pause), (b0, b1), on))
     for label, t, bars, on in shown:
         print(f"\n{label}: judge {t if on else 'off'}, scope bars {bars}")
         for n, v in views.items():
