@@ -80,6 +80,7 @@ TURN_SETS = {
     "natural7": "eval_natural7_turns.json",  # blind, written outside; copied unread
     "natural8": "eval_natural8_turns.json",  # blind, written outside; copied unread
     "natural9": "eval_natural9_turns.json",  # blind, written outside; copied unread
+    "natural10": "eval_natural10_turns.json",  # blind, written outside; copied unread
 }
 PAUSE_S = (0.3, 1.0)  # a turn file may set its own "pause_s" and "pause_share"
 PAUSE_SHARE = 0.7
