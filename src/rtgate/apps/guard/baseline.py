@@ -117,7 +117,6 @@ __all__ = [
     "EVIDENCE_SLOPE",
     "FORMAT",
     "FORMATS",
-    "FORMAT_FAST",
     "FORMAT_HELD",
     "FORMAT_LINES",
     "FORMAT_MEAN",
@@ -158,9 +157,7 @@ FORMAT_STEADY = "rtgate-guard-enrolment/6"  # /6: /5 and the running median's ra
 FORMAT_LINES = "rtgate-guard-enrolment/7"  # /7: /6 and the envelope's lines (lines.py)
 FORMAT_MEAN = "rtgate-guard-enrolment/8"  # /8: /7 and the lines' mean over 5.12 s
 FORMAT_HELD = "rtgate-guard-enrolment/9"  # /9: /7 or /8, tops for a comb held at one rate
-FORMAT_FAST = "rtgate-guard-enrolment/10"  # /10: /9 and the top of the lines' fast rates
-_HELD = (FORMAT_HELD, FORMAT_FAST)
-_LINED = (FORMAT_LINES, FORMAT_MEAN, *_HELD)  # the formats with each part
+_LINED = (FORMAT_LINES, FORMAT_MEAN, FORMAT_HELD)  # the formats with each part
 _STEADIED = (FORMAT_STEADY, *_LINED)
 _SLOWED = (FORMAT_SLOW, *_STEADIED)
 FORMATS = (
@@ -173,7 +170,6 @@ FORMATS = (
     FORMAT_LINES,
     FORMAT_MEAN,
     FORMAT_HELD,
-    FORMAT_FAST,
 )
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
@@ -363,27 +359,25 @@ class Enrolment:
             out["station_model"] = True
         if self.slow_scale is not None:  # formats /5 and /6 only
             out["slow_range"] = True
-        if self.persist_scale is not None:  # formats /6 to /10
+        if self.persist_scale is not None:  # formats /6 to /9
             out["median_range"] = True
-        if self.lines is not None:  # formats /7 to /10
+        if self.lines is not None:  # formats /7 to /9
             out["envelope_lines"] = True
             out["envelope_lines_mean"] = self.lines.mean_reference is not None
             out["envelope_lines_hold"] = self.lines.hold
-            out["envelope_lines_fast"] = self.lines.fast_top is not None
         return out
 
     def to_json(self) -> str:
         """The file's text: format /3, /4 with a station model, /5 with the slow range, /6
         with the median's range too, /7 with the envelope's lines too, /8 with their mean, /9
-        with their tops for a comb held at one rate, /10 with the fast rates' top too (what
-        ``enroll`` writes)."""
+        with their tops for a comb held at one rate (what ``enroll`` writes)."""
         fmt = FORMAT if self.station_model is None else FORMAT_MODEL
         if self.slow_scale is not None:
             fmt = FORMAT_SLOW if self.persist_scale is None else FORMAT_STEADY
         if self.lines is not None:
             fmt = FORMAT_LINES if self.lines.mean_reference is None else FORMAT_MEAN
             if self.lines.hold > 1:
-                fmt = FORMAT_HELD if self.lines.fast_top is None else FORMAT_FAST
+                fmt = FORMAT_HELD
         doc: dict[str, Any] = {
             "format": fmt,
             "station": self.station,
@@ -463,15 +457,10 @@ class Enrolment:
             if "lines" not in model:
                 raise ConfigError(f"{where}: a file of format {fmt} needs envelope lines")
             lines = LinesProfile.from_record(model["lines"], where)
-            if (lines.hold > 1) != (fmt in _HELD):
+            if (lines.hold > 1) != (fmt == FORMAT_HELD):
                 raise ConfigError(
-                    f"{where}: envelope lines {'without' if fmt in _HELD else 'with'} "
+                    f"{where}: envelope lines {'without' if fmt == FORMAT_HELD else 'with'} "
                     f"tops for a held comb in a file of format {fmt}"
-                )
-            if (lines.fast_top is not None) != (fmt == FORMAT_FAST):
-                raise ConfigError(
-                    f"{where}: envelope lines {'without' if fmt == FORMAT_FAST else 'with'} "
-                    f"a top for the fast rates in a file of format {fmt}"
                 )
             if lines.hold == 1 and (lines.mean_reference is None) != (fmt == FORMAT_LINES):
                 raise ConfigError(
@@ -710,7 +699,6 @@ class Baselines:
                 [e.lines if e is not None else None for e in enrolments],
                 self.lines_margin,
                 means=self.deaf,
-                fast=self.deaf,
             )
             if self.lines_clause
             else None

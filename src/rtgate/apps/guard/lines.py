@@ -96,13 +96,6 @@ _SPAN = (AVERAGE - 1) * _APART + 1  # evaluations whose spectra the mean reads
 HEARD = AVERAGE * WINDOWS  # windows before a station's first mean
 F_MIN_HZ, F_MAX_HZ = 15.0, 260.0  # the defect rates looked for
 HARMONICS = 3
-# Fast shafts (an outside spindle or compressor at 66-76 Hz) have defect rates of 170-620 Hz,
-# over F_MAX_HZ: their comb (format /10, deaf stations only) runs from F_MAX_HZ to
-# F_FAST_HZ, each rate with those of its HARMONICS under the envelope's Nyquist (the
-# fundamental alone from ~400 Hz), over its own top plus the margin plus FAST_EXTRA: more
-# rates, more chances for noise (docs/guard.md, Session 32)
-F_FAST_HZ = 780.0
-FAST_EXTRA = 1.0
 NORM_HZ = (15.0, 600.0)  # the bins whose median is a segment's floor
 REFERENCE_Q = 0.95  # the reference: this quantile of the recording's segments, per bin
 CONSECUTIVE = 2  # evaluations in a row over the bar
@@ -126,15 +119,6 @@ class _Grid:
         self.harmonics = [k0 * h for h in range(1, HARMONICS + 1)]
         if self.harmonics[-1][-1] > self.bins - 2:
             raise InvalidRequest("the highest harmonic must have a bin on each side")
-        # the fast rates: each harmonic's bin where it has a bin on each side, and how many
-        # harmonics each rate has (at least its fundamental)
-        k1 = np.arange(int(F_MAX_HZ / df) + 1, int(F_FAST_HZ / df) + 1)
-        if k1[-1] > self.bins - 2:
-            raise InvalidRequest("the fastest rate must have a bin on each side")
-        fits = [k1 * h <= self.bins - 2 for h in range(1, HARMONICS + 1)]
-        self.fast = [np.where(ok, k1 * h, 0) for h, ok in enumerate(fits, start=1)]
-        self.fast_fits = [ok.astype(np.float32) for ok in fits]
-        self.fast_count = np.sum(fits, axis=0).astype(np.float32)
 
 
 _GRID = _Grid()
@@ -167,20 +151,6 @@ def combs(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
     for idx in _GRID.harmonics[1:]:
         acc += best[..., idx]
     acc /= np.float32(HARMONICS)
-    return acc
-
-
-def fast_combs(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
-    """:func:`combs` for the fast rates, ``F_MAX_HZ`` to ``F_FAST_HZ``: ``(..., bands,
-    fast rates)``, each the mean over its harmonics that fit under the Nyquist."""
-    new = np.maximum(np.asarray(spectra, np.float32) - np.asarray(reference, np.float32), 0.0)
-    best = new.copy()
-    np.maximum(best[..., 1:], new[..., :-1], out=best[..., 1:])
-    np.maximum(best[..., :-1], new[..., 1:], out=best[..., :-1])
-    acc = best[..., _GRID.fast[0]].copy()
-    for idx, fits in zip(_GRID.fast[1:], _GRID.fast_fits[1:], strict=True):
-        acc += best[..., idx] * fits
-    acc /= _GRID.fast_count
     return acc
 
 
@@ -270,9 +240,7 @@ class LinesProfile:
     """A station's envelope spectra while healthy: ``reference`` ``(bands, bins)`` (the
     ``REFERENCE_Q`` quantile of ``L`` over the recording's segments), ``top``, the highest
     statistic of those segments over it, and ``segments``, how many there were; ``mean_*``
-    the same for ``A`` (None, 0: a profile of format /7, no mean); ``fast_top`` the highest
-    held statistic of the fast rates (None: a profile of format /9 or older, no fast
-    rates)."""
+    the same for ``A`` (None, 0: a profile of format /7, no mean)."""
 
     reference: F32
     top: float
@@ -281,14 +249,9 @@ class LinesProfile:
     mean_top: float = 0.0
     mean_segments: int = 0
     hold: int = 1
-    fast_top: float | None = None
 
     def __post_init__(self) -> None:
         _check(self.reference, self.top, self.segments, "")
-        if self.fast_top is not None:
-            _check(self.reference, self.fast_top, self.segments, "fast rates' ")
-            if self.hold == 1:
-                raise ConfigError("the envelope lines' fast rates need tops for a held comb")
         if self.mean_reference is not None:
             _check(self.mean_reference, self.mean_top, self.mean_segments, "mean's ")
         if self.hold not in (1, HOLD):
@@ -307,8 +270,6 @@ class LinesProfile:
         }
         if self.hold > 1:
             out["hold"] = self.hold
-        if self.fast_top is not None:
-            out["fast"] = {"rates_hz": [F_MAX_HZ, F_FAST_HZ], "top": round(self.fast_top, 4)}
         if self.mean_reference is not None:
             out["mean"] = {
                 "average": AVERAGE,
@@ -340,20 +301,8 @@ class LinesProfile:
             hold = data.get("hold", 1)
             if isinstance(hold, bool) or not isinstance(hold, int):
                 raise ConfigError(f"the envelope lines' hold must be an integer, got {hold!r}")
-            fast = data.get("fast")
-            fast_top = None
-            if fast is not None:
-                rates = fast.get("rates_hz") if isinstance(fast, Mapping) else fast
-                if rates != [F_MAX_HZ, F_FAST_HZ]:
-                    raise ConfigError(
-                        f"fast rates of {rates!r} Hz; this version looks at {F_MAX_HZ:g}-"
-                        f"{F_FAST_HZ:g} Hz: enrol the station again"
-                    )
-                fast_top = float(fast["top"])
             if mean is None:
-                return cls(
-                    ref, float(data["top"]), int(data["segments"]), hold=hold, fast_top=fast_top
-                )
+                return cls(ref, float(data["top"]), int(data["segments"]), hold=hold)
             return cls(
                 ref,
                 float(data["top"]),
@@ -362,7 +311,6 @@ class LinesProfile:
                 float(mean["top"]),
                 int(mean["segments"]),
                 hold,
-                fast_top,
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ConfigError):
@@ -385,25 +333,12 @@ def lines_profile(
     if len(spectra) < MIN_SEGMENTS:
         return None
     reference, top = _fit(runs)
-    fast_top = _fast_top(runs, reference) if HOLD > 1 else None  # needs a held comb
     means = [averaged(r) for r in runs]
     if sum(len(m) for m in means) < MIN_SEGMENTS:  # too short for the mean: segments only
-        return LinesProfile(reference, top, len(spectra), hold=HOLD, fast_top=fast_top)
+        return LinesProfile(reference, top, len(spectra), hold=HOLD)
     mean_reference, mean_top = _fit(means)
     n_means = sum(len(m) for m in means)
-    return LinesProfile(
-        reference, top, len(spectra), mean_reference, mean_top, n_means, HOLD, fast_top
-    )
-
-
-def _fast_top(runs: Sequence[F32], reference: F32) -> float:
-    """The fast rates' top over the (rounded) ``reference``, as :func:`_fit`'s."""
-    tops = [held_run(fast_combs(r, reference)) for r in runs if len(r) >= HOLD]
-    if not tops:
-        spectra = np.concatenate(list(runs))
-        acc = fast_combs(spectra, reference)
-        return round(float(acc.reshape(len(acc), -1).max()), 4)
-    return round(max(float(t.max()) for t in tops), 4)
+    return LinesProfile(reference, top, len(spectra), mean_reference, mean_top, n_means, HOLD)
 
 
 def _fit(runs: Sequence[F32]) -> tuple[F32, float]:
@@ -422,13 +357,11 @@ class Lines:
     """The clause of the module doc for ``n_streams`` stations, one window at a time.
 
     ``profiles``: per station its :class:`LinesProfile` (None: never evaluated),
-    ``margins`` the rule's margin (0: off), ``means`` which stations use the mean too
-    (default: every one whose profile has it) and ``fast`` which use the fast rates (default:
-    every one whose profile has their top). :meth:`step` takes each station's newest
+    ``margins`` the rule's margin (0: off) and ``means`` which stations use the mean too
+    (default: every one whose profile has it). :meth:`step` takes each station's newest
     window's envelopes ``(N, bands, N_SUB)`` and returns which stations' next window is a
     hit. ``last`` holds each station's latest statistic over its bar (``stat - top -
-    margin``, the largest of the segment's, the mean's and the fast rates'; -inf before its
-    first evaluation).
+    margin``, the larger of the segment's and the mean's; -inf before its first evaluation).
     """
 
     def __init__(
@@ -436,15 +369,11 @@ class Lines:
         profiles: Sequence[LinesProfile | None],
         margins: Sequence[float] | npt.ArrayLike | None = None,
         means: Sequence[bool] | npt.ArrayLike | None = None,
-        fast: Sequence[bool] | npt.ArrayLike | None = None,
     ) -> None:
         n = len(profiles)
         use_mean = np.ones(n, dtype=bool) if means is None else np.asarray(means, dtype=bool)
         if use_mean.shape != (n,):
             raise InvalidRequest(f"{len(use_mean)} mean flags for {n} stations")
-        use_fast = np.ones(n, dtype=bool) if fast is None else np.asarray(fast, dtype=bool)
-        if use_fast.shape != (n,):
-            raise InvalidRequest(f"{len(use_fast)} fast-rate flags for {n} stations")
         m = np.full(n, LINES_MARGIN, np.float32) if margins is None else np.asarray(margins)
         if m.shape != (n,):
             raise InvalidRequest(f"{len(m)} lines margins for {n} stations")
@@ -456,7 +385,6 @@ class Lines:
         )
         self.bar = np.full(n, np.inf, np.float32)
         self.mean_bar = np.full(n, np.inf, np.float32)
-        self.fast_bar = np.full(n, np.inf, np.float32)
         self._reference = np.zeros((n, nb, _GRID.bins), np.float32)
         mean_refs: list[F32] = []  # by slot (below)
         for i, p in enumerate(profiles):
@@ -466,8 +394,6 @@ class Lines:
                 if p.mean_reference is not None and use_mean[i]:
                     self.mean_bar[i] = p.mean_top + float(m[i])
                     mean_refs.append(p.mean_reference)
-                if p.fast_top is not None and use_fast[i]:
-                    self.fast_bar[i] = p.fast_top + float(m[i]) + FAST_EXTRA
         self._ring = np.zeros((n, WINDOWS, nb, N_SUB), np.float32)
         # the spectra of the last _SPAN evaluations of each station that uses the mean (its
         # slot; -1: none), a ring by evaluation count; written once here, so the pages are
@@ -489,13 +415,6 @@ class Lines:
         self._combs.fill(0.0)
         self._mean_combs = np.empty((len(mean_refs), max(HOLD - 1, 1), nb, rates), np.float32)
         self._mean_combs.fill(0.0)
-        # the fast rates' combs of the last HOLD - 1 evaluations, per station that uses them
-        # (its slot; -1: none)
-        fasted = np.isfinite(self.fast_bar)
-        self._fast_slot = np.where(fasted, np.cumsum(fasted) - 1, -1)
-        fast_rates = len(_GRID.fast[0])
-        self._fast_combs = np.empty((int(fasted.sum()), HOLD - 1, nb, fast_rates), np.float32)
-        self._fast_combs.fill(0.0)
         self._evals = np.zeros(n, np.int64)
         self._heard = np.zeros(n, np.int64)
         self._phase = np.arange(n) % STEP
@@ -555,12 +474,6 @@ class Lines:
                 macc = combs(mean, self._mean_reference[slots])
                 by_mean = _held_step(macc, self._mean_combs, slots, newest + 1 - _SPAN, holds[full])
                 over[full] = np.maximum(over[full], by_mean - self.mean_bar[rows_full])
-            fslot = self._fast_slot[rows_due]
-            fast = fslot >= 0
-            if fast.any():
-                facc = fast_combs(spectra[fast], self._reference[rows_due[fast]])
-                by_fast = _held_step(facc, self._fast_combs, fslot[fast], evals[fast], holds[fast])
-                over[fast] = np.maximum(over[fast], by_fast - self.fast_bar[rows_due[fast]])
             self.last[rows_due] = over
             run = np.where(over >= 0, self._run[rows_due] + 1, 0)
             self._run[rows_due] = run
