@@ -87,10 +87,7 @@ def fast_combs(spectra: F32, reference: npt.NDArray[np.floating]) -> F32:
     bins = spectra.shape[-1]
     df = ENV_RATE / SEGMENT
     rates = np.arange(int(lines.F_MAX_HZ / df) + 1, int(F_FAST_HZ / df) + 1)
-    new = np.maximum(spectra - reference, 0.0)
-    best = new.copy()
-    np.maximum(best[..., 1:], new[..., :-1], out=best[..., 1:])
-    np.maximum(best[..., :-1], new[..., 1:], out=best[..., :-1])
+    best = lines.new_lines(spectra, reference)
     acc = np.zeros((*best.shape[:-1], len(rates)))
     count = np.zeros(len(rates))
     for h in range(1, lines.HARMONICS + 1):

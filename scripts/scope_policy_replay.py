@@ -135,11 +135,10 @@ class SetView:
 
     def per_lang(self, went: np.ndarray[Any, Any]) -> str:
         """Complex delegated / simple kept fast, per language of the set."""
-        return "  ".join(
-            f"{lang} {self.shares(went, lang)[0]:.1%}/{self.shares(went, lang)[1]:.1%}"
-            for lang in ("zh", "en")
-            if (self.lang == lang).any()
-        )
+        shares = {
+            lang: self.shares(went, lang) for lang in ("zh", "en") if (self.lang == lang).any()
+        }
+        return "  ".join(f"{lang} {c:.1%}/{s:.1%}" for lang, (c, s) in shares.items())
 
 
 def cmd_grid(args: argparse.Namespace) -> None:

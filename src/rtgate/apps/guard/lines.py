@@ -84,6 +84,7 @@ __all__ = [
     "LinesProfile",
     "averaged",
     "lines_profile",
+    "new_lines",
     "statistic",
 ]
 
@@ -139,14 +140,22 @@ def log_spectra(envelopes: npt.ArrayLike) -> F32:
     return out
 
 
-def combs(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
-    """Every candidate rate's comb of new lines of ``spectra`` ``(..., bands, bins)`` over
-    ``reference`` (broadcast): ``(..., bands, rates)``, the rates from ``F_MIN_HZ`` to
-    ``F_MAX_HZ`` one bin apart."""
+def new_lines(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
+    """How far each bin of ``spectra`` ``(..., bands, bins)`` rises over ``reference``
+    (broadcast; 0 where it does not), each the best of itself and the two bins next to it
+    (slip and speed wander smear a line)."""
     new = np.maximum(np.asarray(spectra, np.float32) - np.asarray(reference, np.float32), 0.0)
     best = new.copy()
     np.maximum(best[..., 1:], new[..., :-1], out=best[..., 1:])
     np.maximum(best[..., :-1], new[..., 1:], out=best[..., :-1])
+    return best
+
+
+def combs(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
+    """Every candidate rate's comb of new lines of ``spectra`` ``(..., bands, bins)`` over
+    ``reference`` (broadcast): ``(..., bands, rates)``, the rates from ``F_MIN_HZ`` to
+    ``F_MAX_HZ`` one bin apart."""
+    best = new_lines(spectra, reference)
     acc = best[..., _GRID.harmonics[0]].copy()
     for idx in _GRID.harmonics[1:]:
         acc += best[..., idx]
