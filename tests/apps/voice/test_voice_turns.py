@@ -6,7 +6,9 @@ import asyncio
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from rtgate.apps.voice.cli import bench_app
 from rtgate.apps.voice.frames import (
     RATE,
     AgentStartedFrame,
@@ -21,7 +23,9 @@ from rtgate.apps.voice.frames import (
     TurnEndFrame,
 )
 from rtgate.apps.voice.pipeline import Pipeline
+from rtgate.apps.voice.session import VoiceConfig
 from rtgate.apps.voice.turns import TurnRules, TurnStage, cue, text_class, voice_class
+from rtgate.core.errors import InvalidRequest
 
 RULES = TurnRules(question_ms=100, clause_ms=400, complete_p=0.6, timeout_ms=900)
 
@@ -435,3 +439,54 @@ def test_a_score_from_before_the_caller_resumed_does_not_count() -> None:
     assert stage._voice() == "done"
     stage.p_audio = (0, 3.1, 0.9)  # the previous turn's
     assert stage._voice() is None
+
+
+@pytest.mark.parametrize("c", ["question", "clause", None])
+@pytest.mark.parametrize("p_end", [None, 0.05, 0.65, 0.99])
+def test_patient_rules_wait_the_clause_silence_whatever_the_words(
+    c: str | None, p_end: float | None
+) -> None:
+    rules = TurnRules.patient()
+    assert rules.wait_ms(c, p_end) == rules.clause_ms == 1200.0  # type: ignore[arg-type]
+    # and with the voice fused in, no row answers sooner either
+    assert min(min(row) for row in rules.fused.values()) >= rules.clause_ms
+
+
+async def _question_pause_more(rules: TurnRules, pause_s: float) -> list[TurnEndFrame]:
+    """ "Can I get a refund for last month?" | pause | "I was abroad the whole time." """
+    stage = TurnStage(rules)
+    out: list[Frame] = []
+    first = TranscriptFrame(turn=1, text="Can I get a refund for last month?", lang="en", until=2.0)
+    whole = TranscriptFrame(
+        turn=1, text=first.text + " I was abroad the whole time.", lang="en", until=4.0 + pause_s
+    )
+    async with Pipeline([stage], sink=out.append) as p:
+        await p.put(SpeechStartFrame(t=0.0))
+        frames = [*voiced(0.0, 2.0), first, *silence(2.0, pause_s)]
+        frames += [*voiced(2.0 + pause_s, 2.0), whole, *silence(4.0 + pause_s, 1.4)]
+        for f in frames:
+            await p.put(f)
+            await stage._idle.wait()  # as in real time: no frame dropped by the audio policy
+        await p.put(EndFrame())
+        await p.wait()
+    return [f for f in out if isinstance(f, TurnEndFrame)]
+
+
+async def test_patient_rules_do_not_answer_a_complete_question_the_caller_goes_on_from() -> None:
+    # the word rules end a complete question after 160 ms: inside this 0.9 s pause
+    ends = await _question_pause_more(TurnRules(), pause_s=0.9)
+    assert ends[0].rule == "question" and "abroad" not in ends[0].text
+    assert ends[0].t == pytest.approx(2.0, abs=0.04) and ends[0].decided_t < 2.9
+    ends = await _question_pause_more(TurnRules.patient(), pause_s=0.9)
+    assert len(ends) == 1 and "abroad" in ends[0].text
+    assert ends[0].t == pytest.approx(4.9, abs=0.04) and ends[0].decided_t - ends[0].t >= 1.2
+
+
+def test_a_call_ends_its_turns_one_way() -> None:
+    assert VoiceConfig().turn_rules() == TurnRules.for_model("lm+text")
+    assert VoiceConfig(patient_turns=True).turn_rules() == TurnRules.patient()
+    with pytest.raises(InvalidRequest, match="pick one"):
+        VoiceConfig(patient_turns=True, learned_turns=True)
+    # the bench refuses the pair before it loads a model
+    result = CliRunner().invoke(bench_app, ["voice", "--patient-turns", "--learned-turns"])
+    assert result.exit_code == 2 and "pick one" in result.output

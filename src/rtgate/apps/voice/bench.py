@@ -55,7 +55,7 @@ from rtgate.apps.voice.labels import keyword_on_topic, true_bounds
 from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.session import VoiceCall, VoiceConfig, VoiceModels
 from rtgate.apps.voice.transport import RecordingOut, read_wav
-from rtgate.apps.voice.turns import EotKind, TurnRules
+from rtgate.apps.voice.turns import EotKind
 from rtgate.apps.voice.vad import CHUNK, SileroVAD, SpeechTracker
 from rtgate.core.budget import Budget
 from rtgate.core.request import Piece, Request
@@ -576,6 +576,7 @@ async def _run(
     eot: EotKind = "lm+text",
     asr_prompt: bool = False,
     learned_turns: bool | None = None,
+    patient_turns: bool = False,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     cfg = VoiceConfig(
@@ -585,10 +586,12 @@ async def _run(
         asr_step_s=asr_step_s,
         audio_turns=audio_turns,
         speculate=speculate,
-        rules=None if hold else replace(TurnRules.for_model(eot), hold_rise_db=None),
         asr_prompt=asr_prompt,
         learned_turns=VoiceConfig().learned_turns if learned_turns is None else learned_turns,
+        patient_turns=patient_turns,
     )
+    if not hold:
+        cfg = replace(cfg, rules=replace(cfg.turn_rules(), hold_rise_db=None))
     total = CallResult()
     serial: list[float] = []
     async with VoiceModels(cfg) as models:
@@ -677,8 +680,9 @@ def _report(
         "eot": cfg.eot,
         "audio_turns": cfg.audio_turns,
         "learned_turns": cfg.learned_turns,
+        "patient_turns": cfg.patient_turns,
         "speculate": cfg.speculate,
-        "hold_rise_db": (cfg.rules or TurnRules.for_model(cfg.eot)).hold_rise_db,
+        "hold_rise_db": (cfg.rules or cfg.turn_rules()).hold_rise_db,
         "asr_step_s": cfg.asr_step_s,
         "asr_prompt": cfg.asr_prompt,
         "llm": cfg.llm,
@@ -713,6 +717,7 @@ def run(
     eot: EotKind = "lm+text",
     asr_prompt: bool = False,
     learned_turns: bool | None = None,
+    patient_turns: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark (real time: about 15 s per call) and return the JSON report. With
     ``eval_dir`` the held-out calls there (``calls`` 0: all of them)."""
@@ -732,6 +737,7 @@ def run(
             eot,
             asr_prompt,
             learned_turns,
+            patient_turns,
         )
     )
 

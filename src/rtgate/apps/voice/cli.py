@@ -33,7 +33,13 @@ def _bench_group() -> None:
 
 
 async def _run_file(
-    wav: Path, out_wav: Path | None, lang: str | None, asr: str, llm: str, tail_s: float
+    wav: Path,
+    out_wav: Path | None,
+    lang: str | None,
+    asr: str,
+    llm: str,
+    tail_s: float,
+    patient: bool = False,
 ) -> dict[str, Any]:
     import numpy as np
 
@@ -41,7 +47,7 @@ async def _run_file(
     from rtgate.apps.voice.transport import RecordingOut, read_wav
 
     pcm = read_wav(wav)
-    cfg = VoiceConfig(lang=lang, asr_model=asr, llm=llm)
+    cfg = VoiceConfig(lang=lang, asr_model=asr, llm=llm, patient_turns=patient)
     out = RecordingOut()
     async with VoiceModels(cfg) as models, VoiceCall(models, out) as call:
         await call.feed(pcm)
@@ -65,11 +71,14 @@ def run(
     asr: str = typer.Option("auto", help="Whisper: auto (tiny.en for English), base, tiny.en"),
     llm: str = typer.Option("gemma3-270m", help="local model: gemma3-270m or smollm2"),
     tail: float = typer.Option(6.0, help="seconds of silence after the file"),
+    patient: bool = typer.Option(
+        False, "--patient-turns", help="every end waits 1.2 s of silence (TurnRules.patient)"
+    ),
 ) -> None:
     """Play WAV to the agent in real time; print turns, replies and timings."""
     if lang not in (None, "zh", "en"):
         raise typer.BadParameter("lang must be zh or en")
-    report = asyncio.run(_run_file(wav, out, lang, asr, llm, tail))
+    report = asyncio.run(_run_file(wav, out, lang, asr, llm, tail, patient))
     if json_out:
         typer.echo(json.dumps(report, ensure_ascii=False, indent=2))
         return
@@ -267,6 +276,12 @@ def bench_voice(
         help="the fitted end-of-turn decision (eot_rule.py) or the word rules "
         "(default: VoiceConfig.learned_turns)",
     ),
+    patient_turns: bool = typer.Option(
+        False,
+        "--patient-turns",
+        help="every end waits 1.2 s of silence: no answer over a caller who pauses, every "
+        "first sound later (off by default: docs/voice.md, Session 33)",
+    ),
     which: str = typer.Option(
         "validation", "--set", help="validation (the packaged clips) or eval (held out)"
     ),
@@ -283,6 +298,8 @@ def bench_voice(
         raise typer.BadParameter("--set is validation or eval")
     if eot not in ("lm", "lm+text"):
         raise typer.BadParameter("--eot is lm or lm+text")
+    if patient_turns and learned_turns:
+        raise typer.BadParameter("--patient-turns and --learned-turns: pick one")
     if which == "eval" and not (eval_dir / "manifest.json").is_file():
         raise typer.BadParameter(f"{eval_dir}: no manifest.json (rtgate voice make-eval)")
     report = run_bench(
@@ -298,6 +315,7 @@ def bench_voice(
         eot="lm" if eot == "lm" else "lm+text",
         asr_prompt=asr_prompt,
         learned_turns=learned_turns,
+        patient_turns=patient_turns,
     )
     table = Table(title=f"voice bench: {report['calls']} calls, {report['turns']} turns")
     table.add_column("metric")

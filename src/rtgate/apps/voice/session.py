@@ -88,6 +88,11 @@ class VoiceConfig:
     # place of the word rules' waits (session 15, docs/voice.md); off by default unless the
     # natural7 bench confirmed it
     learned_turns: bool = False
+    # every end waits the 1.2 s of an unfinished clause (TurnRules.patient): no answer over
+    # a caller who pauses after a complete first question, every first sound 1.2 s later.
+    # Off by default; the trade against the word rules on a blind set: docs/voice.md,
+    # Session 33
+    patient_turns: bool = False
     # prepare the answer (and its audio) at a short pause, speak it only on the turn's end,
     # drop it silently when the caller goes on (agent.py); off: answer from the final
     # transcript. Off by default: on the validation calls, back to back on a quiet machine,
@@ -106,6 +111,15 @@ class VoiceConfig:
     # 31 -> 31 of 36 (val-pause2's), 8 -> 6 of 12 (the packaged clips: "我想换一个流量多
     # 一点的套餐，有推荐的吗" heard as "有推荐?", English clips repeated); docs/voice.md, Session 13
     asr_prompt: bool = False
+
+    def __post_init__(self) -> None:
+        if self.patient_turns and self.learned_turns:
+            raise InvalidRequest("patient_turns and learned_turns both decide the end: pick one")
+
+    def turn_rules(self) -> TurnRules:
+        """The rules a call uses when ``rules`` is not given: the patient ones, or the
+        operating points chosen for ``eot``."""
+        return TurnRules.patient() if self.patient_turns else TurnRules.for_model(self.eot)
 
 
 def _tiers(cfg: VoiceConfig) -> tuple[list[Tier], list[Tier], list[Tier], LlamaCppBackend]:
@@ -281,7 +295,7 @@ class VoiceCall:
             judge=models.judge,
             speculate=cfg.speculate,
         )
-        rules = cfg.rules or TurnRules.for_model(cfg.eot)
+        rules = cfg.rules or cfg.turn_rules()
         if models.learned is not None and rules.learned is None:
             rules = replace(rules, learned=models.learned)
         self.turns = TurnStage(

@@ -329,6 +329,22 @@ class TurnRules:
             return cls()
         return cls(question_more_p=TEXT_QUESTION_MORE_P)
 
+    @classmethod
+    def patient(cls) -> TurnRules:
+        """The words never shorten the wait: every end waits ``clause_ms`` (1.2 s) of
+        silence, longer than the pauses callers make inside a turn (0.3-1.0 s on the sets
+        here). The other end of the trade from :meth:`for_model`: no answer over a caller
+        who pauses after a complete first question, at 1.2 s to every first sound (the
+        figures of both, on a blind set, in docs/voice.md, Session 33)."""
+        wait = cls().clause_ms
+        fused: dict[TextClass, tuple[float, float, float, float]] = {
+            k: (max(a, wait), max(b, wait), max(c, wait), max(d, wait))
+            for k, (a, b, c, d) in _FUSED.items()
+        }
+        return cls(
+            question_ms=wait, sure_ms=wait, question_more_ms=wait, timeout_ms=wait, fused=fused
+        )
+
     def scores(self, c: Cue | None) -> bool:
         """Whether a partial with this cue is worth an end-of-turn score."""
         return c == "clause" or (c == "question" and self.question_more_p is not None)
