@@ -11,7 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtgate.apps.voice.asr import ASRStage, Transcript, WhisperASR, cut_copy, domain_prompts
+from rtgate.apps.voice.asr import (
+    ASRStage,
+    Transcript,
+    WhisperASR,
+    cut_copy,
+    domain_prompts,
+    drop_repeats,
+)
 from rtgate.apps.voice.bench import Clip
 from rtgate.apps.voice.evalset import line_noise
 from rtgate.apps.voice.frames import (
@@ -216,3 +223,38 @@ async def test_a_fade_starts_the_end_of_speech_decode_once() -> None:
     assert [f.final for f in got] == [False, False, True]
     assert got[0].until == pytest.approx(0.032 * 5)  # decoded after 2 faded frames (64 ms)
     assert got[1].until >= 0.032 * 9 - 1e-9  # up to the drop at least
+
+
+class LoopingASR(ScriptedASR):
+    """Hears every stretch as one sentence twice and a cut copy (tiny.en after a pause)."""
+
+    def transcribe(self, audio: Pcm, lang: str | None = None, **kw: object) -> Transcript:
+        self.go.acquire(timeout=10)
+        loop = "The text said it was running low. " * 2 + "The text said it"
+        return Transcript(loop, "en", 1.0, (1,))
+
+
+async def test_the_final_transcript_drops_a_sentence_heard_twice_partials_keep_it() -> None:
+    frames = await _partials(LoopingASR([]), 2, agree=False)
+    assert [f.final for f in frames] == [False, False, True]
+    assert frames[0].text.count("running low") == 2  # partials: as heard (turn-taking reads them)
+    assert frames[-1].text == "The text said it was running low."
+
+
+@pytest.mark.parametrize(
+    ("heard", "kept"),
+    [
+        ("I hate me change the thing. I hate me change the thing. I hate me change",
+         "I hate me change the thing."),
+        ("我想查一下话费。我想查一下话费。", "我想查一下话费。"),
+        ("Can I switch plans? Can I switch plans", "Can I switch plans?"),
+        # short repeats, new sentences and a longer second sentence stay
+        ("Hello? Hello?", "Hello? Hello?"),
+        ("喂？喂？", "喂？喂？"),
+        ("Can I switch plans? And the price?", "Can I switch plans? And the price?"),
+        ("I want to cancel. I want to cancel it.", "I want to cancel. I want to cancel it."),
+        ("", ""),
+    ],
+)  # fmt: skip
+def test_drop_repeats(heard: str, kept: str) -> None:
+    assert drop_repeats(heard) == kept

@@ -30,7 +30,7 @@ import time
 from collections import deque
 from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,7 @@ MAX_PROMPT_TOKENS = 100  # Whisper gives the previous text at most half its 448-
 NO_SPEECH_PROMPTED = 0.3
 _join_lock = threading.Lock()
 _LOOP = re.compile(r"(.{2,}?)(?:[\s,，。.]*\1){2,}")
+_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 def _package_dir(module: str) -> Path:
@@ -128,6 +129,33 @@ class Transcript:
     lang: str
     decode_ms: float
     tokens: tuple[int, ...] = ()  # the text tokens Whisper produced, forced prefix included
+
+
+_SENTENCE = re.compile(r"[^.?!。？！]+[.?!。？！]*")
+_NORM = re.compile(r"[\W_]+")
+
+
+def drop_repeats(text: str) -> str:
+    """A turn's final ``text`` without a sentence that repeats the one before it (8 letters or
+    more, 4 Chinese characters), nor a last unfinished sentence that starts the one before
+    over: tiny.en heard a short stretch after a pause as "The text said it was running low.
+    The text said it was running low. The text said it" (natural10; ``_LOOP`` takes three
+    whole copies, not two and a cut one). Short repeats stay ("Hello? Hello?"). Partials are
+    left as heard: the caller may be saying it again, and turn-taking reads their ends."""
+    kept: list[str] = []
+    prev = ""
+    for m in _SENTENCE.finditer(text):
+        sentence = m.group(0)
+        key = _NORM.sub("", sentence.lower())
+        long = len(key) >= (4 if _CJK.search(key) else 8)
+        if long and key == prev:
+            continue
+        unfinished = not sentence.rstrip().endswith(tuple(".?!。？！"))
+        if unfinished and long and prev.startswith(key) and not text[m.end() :].strip():
+            continue
+        kept.append(sentence)
+        prev = key if long else ""
+    return "".join(kept).strip() if kept else text
 
 
 def _clean(text: str, lang: str) -> str:
@@ -409,6 +437,8 @@ class ASRStage(Stage):
                         tr = Transcript(
                             again.text, again.lang, tr.decode_ms + again.decode_ms, again.tokens
                         )
+                if final:  # what the answer reads: no sentence heard twice
+                    tr = replace(tr, text=drop_repeats(tr.text))
                 self._texts[turn] = tr.text
                 if not final and turn == self.turn and self.in_turn:
                     self._hyps.append(tr.tokens)
