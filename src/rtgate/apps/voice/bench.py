@@ -36,6 +36,7 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,7 @@ __all__ = [
     "run",
     "smart_turn_cost",
     "speech_bounds",
+    "turn_end_of",
 ]
 
 FRAME = RATE // 50  # the simulated caller sends 20 ms at a time, as a phone line (RTP) does
@@ -315,6 +317,19 @@ def _unknown(rows: list[dict[str, Any]]) -> list[str]:
     )
 
 
+def turn_end_of(ends: Mapping[int, TurnEndFrame], onset: float, end: float) -> list[int]:
+    """The agent's turn (a list of one, or empty) that ended the caller's turn spoken from
+    ``onset`` to ``end`` (true bounds, the call's audio time): the end dated at the true end
+    (within -0.05..+0.5 s); failing that, one dated inside the turn but decided after it,
+    where the VAD took the last, quiet words for silence. Without the second reading such a
+    turn, answered, was scored as never answered (natural10's "no answer" rows, session 33)."""
+    at_end = [n for n, e in ends.items() if end - 0.05 <= e.t <= end + 0.5]
+    if at_end:
+        return at_end[:1]
+    late = [n for n, e in ends.items() if onset < e.t < end and e.decided_t >= end]
+    return late[:1]
+
+
 def _score(
     call: VoiceCall,
     out: RecordingOut,
@@ -350,7 +365,7 @@ def _score(
         lang_row[0] += 1
         clip = turn.parts[-1][0]
         t_onset, t_end = call.t0 + turn.onset, call.t0 + turn.end
-        mine = [n for n, e in ends.items() if turn.end - 0.05 <= e.t <= turn.end + 0.5]
+        mine = turn_end_of(ends, turn.onset, turn.end)
         if mine:
             res.decision_ms.append((decided[mine[0]] - t_end) * 1000.0)
             res.rules.append(ends[mine[0]].rule)
