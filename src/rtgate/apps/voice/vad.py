@@ -162,7 +162,8 @@ class VADStage(Stage):
     as it comes). Only what Silero hears is lifted: the levels, the fade, the noise floor
     and the audio passed on are the line's own. Picked on natural8 and natural9: voiced
     chunks scored over 0.5 in every turn, none of 20 s of line noise at -62..-35 dBFS over
-    0.5 (docs/voice.md, Session 33).
+    0.5 (docs/voice.md, Session 33). A line that carries the agent's own voice back, its echo
+    not cancelled, is lifted too: run it with ``lift_max_db`` 0 (as ``hold_rise_db`` None).
     """
 
     name = "vad"
