@@ -49,6 +49,7 @@ from rtgate.apps.voice.frames import (
 )
 from rtgate.apps.voice.pipeline import Stage
 from rtgate.core.errors import ConfigError, InvalidRequest
+from rtgate.tiers.textnorm import lang_of
 
 __all__ = [
     "ASR_MODELS",
@@ -70,7 +71,6 @@ MAX_PROMPT_TOKENS = 100  # Whisper gives the previous text at most half its 448-
 NO_SPEECH_PROMPTED = 0.3
 _join_lock = threading.Lock()
 _LOOP = re.compile(r"(.{2,}?)(?:[\s,，。.]*\1){2,}")
-_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 def _package_dir(module: str) -> Path:
@@ -147,7 +147,7 @@ def drop_repeats(text: str) -> str:
     for m in _SENTENCE.finditer(text):
         sentence = m.group(0)
         key = _NORM.sub("", sentence.lower())
-        long = len(key) >= (4 if _CJK.search(key) else 8)
+        long = len(key) >= (4 if lang_of(key) == "zh" else 8)
         if long and key == prev:
             continue
         unfinished = not sentence.rstrip().endswith(tuple(".?!。？！"))
