@@ -20,6 +20,7 @@ mean: what the lines see by themselves (docs/guard.md, Session 32, for what it m
 for the union of two variants each at its own margin.
 
     PYTHONPATH=src python scripts/guard_lines_alone.py dump OUT.npz --seeds 20261205,20261206
+    PYTHONPATH=src python scripts/guard_lines_alone.py dump OUT.npz --variants crest
     PYTHONPATH=src python scripts/guard_lines_alone.py score OUT.npz --margins 0.5,1.0
     PYTHONPATH=src python scripts/guard_lines_alone.py score OUT.npz \\
         --union crest:0.5,crest-fast:1.5
@@ -114,18 +115,22 @@ def held_per_band(env: F64, fast: bool) -> tuple[F32, F32]:
 _STATIONS: dict[tuple[int, int], Station] = {}
 
 
-def _one(job: tuple[int, int, int]) -> tuple[int, int, dict[str, tuple[F32, F32]]]:
-    seed, i, day = job
+def _one(
+    job: tuple[int, int, int, tuple[str, ...]],
+) -> tuple[int, int, dict[str, tuple[F32, F32]]]:
+    seed, i, day, wanted = job
     st = _STATIONS[(seed, i)]
     audio = st.audio if not day else make_station(
         st.machine, ENROL_S + SCORE_S, st.fault, st.onset_s or 0.0, st.fault_rms_db, day=day
     ).audio  # fmt: skip
     x = audio.astype(np.float64)
-    env = {name: envelopes(x, bands) for name, bands in banks().items()}
-    return seed, i, {v: held_per_band(env[b], fast) for v, (b, fast) in VARIANTS.items()}
+    picked = {v: VARIANTS[v] for v in wanted}
+    needed = {b for b, _fast in picked.values()}
+    env = {b: envelopes(x, bands) for b, bands in banks().items() if b in needed}
+    return seed, i, {v: held_per_band(env[b], fast) for v, (b, fast) in picked.items()}
 
 
-def dump(out: Path, seeds: Sequence[int], day: int) -> None:
+def dump(out: Path, seeds: Sequence[int], day: int, variants: Sequence[str]) -> None:
     meta = []
     for s in seeds:
         for i, st in enumerate(make_stations(100, seed=s, enrol_s=ENROL_S, score_s=SCORE_S)):
@@ -134,7 +139,7 @@ def dump(out: Path, seeds: Sequence[int], day: int) -> None:
                          st.fault_rms_db])  # fmt: skip
     arrays: dict[str, npt.NDArray[np.generic]] = {}
     with Pool(2) as pool:
-        jobs = [(s, i, day) for s in seeds for i in range(100)]
+        jobs = [(s, i, day, tuple(variants)) for s in seeds for i in range(100)]
         for s, i, res in pool.imap_unordered(_one, jobs, chunksize=4):
             for v, (stat, t) in res.items():
                 arrays[f"{s}/{i}/{v}"], arrays[f"{s}/{i}/{v}/t"] = stat, t
@@ -177,6 +182,12 @@ def score(path: Path, picks: Sequence[tuple[str, float]]) -> tuple[int, int, Cou
     return false, missed, by_family
 
 
+def data_key(path: Path) -> str:
+    """The first station's key in a dump."""
+    s, i = np.load(path, allow_pickle=True)["meta"][0][:2]
+    return f"{s}/{i}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -184,15 +195,21 @@ def main() -> None:
     d.add_argument("out", type=Path)
     d.add_argument("--seeds", default="20261205,20261206,20261207")
     d.add_argument("--day", type=int, default=0)
+    d.add_argument("--variants", default=",".join(VARIANTS), help="which to dump (default all)")
     s = sub.add_parser("score")
     s.add_argument("data", type=Path)
     s.add_argument("--margins", default="0.5,0.75,1.0,1.25")
     s.add_argument("--union", action="append", default=[], help="variant:margin,variant:margin")
     args = ap.parse_args()
     if args.cmd == "dump":
-        dump(args.out, [int(v) for v in args.seeds.split(",")], args.day)
+        wanted = args.variants.split(",")
+        if unknown := set(wanted) - set(VARIANTS):
+            raise SystemExit(f"unknown variants {sorted(unknown)}; known: {sorted(VARIANTS)}")
+        dump(args.out, [int(v) for v in args.seeds.split(",")], args.day, wanted)
         return
-    rows = [[(v, float(m))] for v in VARIANTS for m in args.margins.split(",")]
+    files, first = np.load(args.data).files, data_key(args.data)
+    held_variants = [v for v in VARIANTS if f"{first}/{v}" in files]
+    rows = [[(v, float(m))] for v in held_variants for m in args.margins.split(",")]
     rows += [[(p.split(":")[0], float(p.split(":")[1])) for p in u.split(",")] for u in args.union]
     for picks in rows:
         false, missed, fam = score(args.data, picks)

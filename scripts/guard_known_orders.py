@@ -1,0 +1,177 @@
+"""The envelope comb at a station's known defect orders, offline (#18, session 34).
+
+The shipped lines clause (``lines.py``) looks for a new comb at every rate from 15 to 260 Hz
+in three bands: some 900 candidates, and the station's healthy top is the highest of them
+all. A station whose bearing is known (its catalogue gives the defect orders: BPFO, BPFI and
+2 x BSF per shaft revolution) can strike only at those orders times the shaft speed, so this
+study looks there alone: each evaluation, the shaft speed read from the station's own sound
+(``speed.shaft_hz``, in 0.9-1.4 times the station's nominal speed, or the simulator's true
+speed with ``--speed true``), and for each order the best rate within ``--tol`` of order x
+speed, its comb the mean of its first three harmonics' new lines (``lines.new_lines``, each
+the best of its bin and the two next to it) over the enrolled reference; the statistic per
+band the best order's, held at its least over ``HOLD`` evaluations. Variants: ``seg`` (one
+1.28 s segment, as the shipped clause's) and ``mean`` (the mean of four that do not overlap,
+5.12 s). The top per band is the highest held statistic on the 30 s enrolled, a hit on
+``CONSECUTIVE`` evaluations over top + margin, as ``guard_lines_alone.py`` scores (whose
+``score`` this uses: false stops and misses in stations, the clause alone).
+
+    PYTHONPATH=src python scripts/guard_known_orders.py dump OUT.npz --seeds 20261205
+    PYTHONPATH=src python scripts/guard_known_orders.py score OUT.npz --margins 0.5,0.75 \\
+        --union seg:0.75,mean:0.75
+
+About 1 s of CPU a station; ``dump`` runs two at a time. Docs: docs/guard.md, Session 34.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from guard_lines_alone import (  # scripts/ is on the path when run as a script
+    ENROL_S,
+    ENV_RATE,
+    HOP,
+    SCORE_S,
+    SEGMENT,
+    envelopes,
+    score,
+)
+
+from rtgate.apps.guard import lines
+from rtgate.apps.guard.features import CREST_BANDS
+from rtgate.apps.guard.outside import Station, _speed, make_station, make_stations
+from rtgate.apps.guard.simulate import FAULTS, RATE
+from rtgate.apps.guard.speed import LOW_RATE, low_band, shaft_hz
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+HARMONICS = 3
+SPEED_RANGE = (0.9, 1.4)  # times the nominal: what a user would give for a drive's range
+
+
+def known_combs(new: F32, speeds: F64, orders: Sequence[float], tol: float) -> F32:
+    """Per evaluation and band, the best comb at the ``orders`` times that evaluation's
+    ``speeds`` (each within ``tol``): ``new`` ``(S, bands, bins)`` -> ``(S, bands)``."""
+    bins = new.shape[-1]
+    df = ENV_RATE / SEGMENT
+    out = np.full(new.shape[:2], -np.inf, np.float32)
+    for s, f0 in enumerate(speeds):
+        for order in orders:
+            rate = order * f0
+            ks = np.arange(int(rate * (1 - tol) / df), int(np.ceil(rate * (1 + tol) / df)) + 1)
+            acc = np.zeros((new.shape[1], len(ks)))
+            count = np.zeros(len(ks))
+            for h in range(1, HARMONICS + 1):
+                fits = ks * h <= bins - 2
+                acc[:, fits] += new[s][:, ks[fits] * h]
+                count += fits
+            np.maximum(out[s], (acc / np.maximum(count, 1)).max(axis=1), out=out[s])
+    return out
+
+
+def held(stat: F32) -> F32:
+    """Each band's least over the last ``HOLD`` evaluations (the first for the ``HOLD``-th)."""
+    n = len(stat) - lines.HOLD + 1
+    out: F32 = np.stack([stat[lines.HOLD - 1 - j : lines.HOLD - 1 - j + n]
+                         for j in range(lines.HOLD)]).min(axis=0)  # fmt: skip
+    return out
+
+
+Held = dict[str, tuple[F32, F32]]
+
+
+def variants(env: F64, speeds: F64, orders: Sequence[float], tol: float) -> Held:
+    """``seg`` and ``mean``: the held statistic per band and the evaluations' end times (s)."""
+    ends = np.arange(SEGMENT, env.shape[1] + 1, HOP)
+    spectra = lines.log_spectra(np.stack([env[:, e - SEGMENT : e] for e in ends]))
+    enrolled = ends <= ENROL_S * ENV_RATE
+    reference = np.quantile(spectra[enrolled], lines.REFERENCE_Q, axis=0)
+    seg = held(known_combs(lines.new_lines(spectra, reference), speeds, orders, tol))
+    mean_spectra = lines.averaged(spectra)
+    skip = len(spectra) - len(mean_spectra)
+    mean_ref = np.quantile(mean_spectra[enrolled[skip:]], lines.REFERENCE_Q, axis=0)
+    mean = held(known_combs(lines.new_lines(mean_spectra, mean_ref), speeds[skip:], orders, tol))
+    t = ends / ENV_RATE
+    return {
+        "seg": (seg, t[lines.HOLD - 1 :].astype(np.float32)),
+        "mean": (mean, t[skip + lines.HOLD - 1 :].astype(np.float32)),
+    }
+
+
+_STATIONS: dict[tuple[int, int], Station] = {}
+
+
+def _one(job: tuple[int, int, int, str, float]) -> tuple[int, int, Held]:
+    seed, i, day, speed, tol = job
+    st = _STATIONS[(seed, i)]
+    m = st.machine
+    if day:
+        st = make_station(
+            m, ENROL_S + SCORE_S, st.fault, st.onset_s or 0.0, st.fault_rms_db, day=day
+        )
+    env = envelopes(st.audio.astype(np.float64), CREST_BANDS)
+    ends = np.arange(SEGMENT, env.shape[1] + 1, HOP)
+    if speed == "true":  # day 0's speed, drawn first from the machine's own stream
+        fr = _speed(m, len(st.audio), np.random.default_rng(m.seed))
+        per = RATE / ENV_RATE  # audio samples per envelope value
+        speeds = np.array([fr[int((e - SEGMENT) * per) : int(e * per)].mean() for e in ends])
+    else:
+        low = low_band(st.audio, RATE)
+        per = LOW_RATE / ENV_RATE  # low-band samples per envelope value
+        lo, hi = (m.shaft_hz * k for k in SPEED_RANGE)
+        speeds = np.array([shaft_hz(low[int((e - SEGMENT) * per) : int(e * per)], lo, hi)
+                           for e in ends])  # fmt: skip
+    orders = [m.bearing.defect_hz(f, 1.0) for f in FAULTS]
+    return seed, i, variants(env, speeds, orders, tol)
+
+
+def dump(out: Path, seeds: Sequence[int], day: int, speed: str, tol: float) -> None:
+    if speed == "true" and day:
+        raise SystemExit("--speed true is day 0's only")
+    meta = []
+    for s in seeds:
+        for i, st in enumerate(make_stations(100, seed=s, enrol_s=ENROL_S, score_s=SCORE_S)):
+            _STATIONS[(s, i)] = st
+            meta.append([s, i, st.machine.family, st.fault or "", st.onset_s or -1.0,
+                         st.fault_rms_db])  # fmt: skip
+    arrays: dict[str, npt.NDArray[np.generic]] = {}
+    with Pool(2) as pool:
+        jobs = [(s, i, day, speed, tol) for s in seeds for i in range(100)]
+        for s, i, res in pool.imap_unordered(_one, jobs, chunksize=4):
+            for v, (stat, t) in res.items():
+                arrays[f"{s}/{i}/{v}"], arrays[f"{s}/{i}/{v}/t"] = stat, t
+    np.savez(out, meta=np.array(meta, dtype=object), **arrays)  # type: ignore[arg-type]
+    print(f"wrote {out}: {len(meta)} stations, day {day}, speed {speed}, tol {tol}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("dump")
+    d.add_argument("out", type=Path)
+    d.add_argument("--seeds", default="20261205,20261206,20261207")
+    d.add_argument("--day", type=int, default=0)
+    d.add_argument("--speed", choices=("tracked", "true"), default="tracked")
+    d.add_argument("--tol", type=float, default=0.02)
+    s = sub.add_parser("score")
+    s.add_argument("data", type=Path)
+    s.add_argument("--margins", default="0.5,0.75,1.0")
+    s.add_argument("--union", action="append", default=[], help="variant:margin,variant:margin")
+    args = ap.parse_args()
+    if args.cmd == "dump":
+        dump(args.out, [int(v) for v in args.seeds.split(",")], args.day, args.speed, args.tol)
+        return
+    rows = [[(v, float(m))] for v in ("seg", "mean") for m in args.margins.split(",")]
+    rows += [[(p.split(":")[0], float(p.split(":")[1])) for p in u.split(",")] for u in args.union]
+    for picks in rows:
+        false, missed, fam = score(args.data, picks)
+        name = " or ".join(f"{v}@{m:g}" for v, m in picks)
+        print(f"{name:32s} false stops {false:3d}  misses {missed:3d}  {dict(sorted(fam.items()))}")
+
+
+if __name__ == "__main__":
+    main()
