@@ -24,9 +24,7 @@ About 1 s of CPU a station; ``dump`` runs two at a time. Docs: docs/guard.md, Se
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
-from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
@@ -35,15 +33,18 @@ from guard_lines_alone import (  # scripts/ is on the path when run as a script
     ENROL_S,
     ENV_RATE,
     HOP,
-    SCORE_S,
     SEGMENT,
+    Held,
+    dump_with,
     envelopes,
-    score,
+    parser,
+    recording,
+    report,
 )
 
 from rtgate.apps.guard import lines
 from rtgate.apps.guard.features import CREST_BANDS
-from rtgate.apps.guard.outside import Station, _speed, make_station, make_stations
+from rtgate.apps.guard.outside import _speed
 from rtgate.apps.guard.simulate import FAULTS, RATE
 from rtgate.apps.guard.speed import LOW_RATE, low_band, shaft_hz
 
@@ -81,9 +82,6 @@ def held(stat: F32) -> F32:
     return out
 
 
-Held = dict[str, tuple[F32, F32]]
-
-
 def variants(env: F64, speeds: F64, orders: Sequence[float], tol: float) -> Held:
     """``seg`` and ``mean``: the held statistic per band and the evaluations' end times (s)."""
     ends = np.arange(SEGMENT, env.shape[1] + 1, HOP)
@@ -102,17 +100,10 @@ def variants(env: F64, speeds: F64, orders: Sequence[float], tol: float) -> Held
     }
 
 
-_STATIONS: dict[tuple[int, int], Station] = {}
-
-
 def _one(job: tuple[int, int, int, str, float]) -> tuple[int, int, Held]:
     seed, i, day, speed, tol = job
-    st = _STATIONS[(seed, i)]
+    st = recording(seed, i, day)
     m = st.machine
-    if day:
-        st = make_station(
-            m, ENROL_S + SCORE_S, st.fault, st.onset_s or 0.0, st.fault_rms_db, day=day
-        )
     env = envelopes(st.audio.astype(np.float64), CREST_BANDS)
     ends = np.arange(SEGMENT, env.shape[1] + 1, HOP)
     if speed == "true":  # day 0's speed, drawn first from the machine's own stream
@@ -132,45 +123,19 @@ def _one(job: tuple[int, int, int, str, float]) -> tuple[int, int, Held]:
 def dump(out: Path, seeds: Sequence[int], day: int, speed: str, tol: float) -> None:
     if speed == "true" and day:
         raise SystemExit("--speed true is day 0's only")
-    meta = []
-    for s in seeds:
-        for i, st in enumerate(make_stations(100, seed=s, enrol_s=ENROL_S, score_s=SCORE_S)):
-            _STATIONS[(s, i)] = st
-            meta.append([s, i, st.machine.family, st.fault or "", st.onset_s or -1.0,
-                         st.fault_rms_db])  # fmt: skip
-    arrays: dict[str, npt.NDArray[np.generic]] = {}
-    with Pool(2) as pool:
-        jobs = [(s, i, day, speed, tol) for s in seeds for i in range(100)]
-        for s, i, res in pool.imap_unordered(_one, jobs, chunksize=4):
-            for v, (stat, t) in res.items():
-                arrays[f"{s}/{i}/{v}"], arrays[f"{s}/{i}/{v}/t"] = stat, t
-    np.savez(out, meta=np.array(meta, dtype=object), **arrays)  # type: ignore[arg-type]
-    print(f"wrote {out}: {len(meta)} stations, day {day}, speed {speed}, tol {tol}")
+    n = dump_with(out, seeds, _one, (day, speed, tol))
+    print(f"wrote {out}: {n} stations, day {day}, speed {speed}, tol {tol}")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("dump")
-    d.add_argument("out", type=Path)
-    d.add_argument("--seeds", default="20261205,20261206,20261207")
-    d.add_argument("--day", type=int, default=0)
+    ap, d = parser(__doc__, "0.5,0.75,1.0")
     d.add_argument("--speed", choices=("tracked", "true"), default="tracked")
     d.add_argument("--tol", type=float, default=0.02)
-    s = sub.add_parser("score")
-    s.add_argument("data", type=Path)
-    s.add_argument("--margins", default="0.5,0.75,1.0")
-    s.add_argument("--union", action="append", default=[], help="variant:margin,variant:margin")
     args = ap.parse_args()
     if args.cmd == "dump":
         dump(args.out, [int(v) for v in args.seeds.split(",")], args.day, args.speed, args.tol)
         return
-    rows = [[(v, float(m))] for v in ("seg", "mean") for m in args.margins.split(",")]
-    rows += [[(p.split(":")[0], float(p.split(":")[1])) for p in u.split(",")] for u in args.union]
-    for picks in rows:
-        false, missed, fam = score(args.data, picks)
-        name = " or ".join(f"{v}@{m:g}" for v, m in picks)
-        print(f"{name:32s} false stops {false:3d}  misses {missed:3d}  {dict(sorted(fam.items()))}")
+    report(args.data, ("seg", "mean"), args.margins, args.union)
 
 
 if __name__ == "__main__":

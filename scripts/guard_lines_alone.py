@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing import Pool
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -112,39 +113,54 @@ def held_per_band(env: F64, fast: bool) -> tuple[F32, F32]:
     return per_band.astype(np.float32), times
 
 
-_STATIONS: dict[tuple[int, int], Station] = {}
+STATIONS: dict[tuple[int, int], Station] = {}  # filled before the pool forks
+Held = dict[str, tuple[F32, F32]]  # variant: (statistic per evaluation and band, end times)
+Job = tuple[int, int, int, tuple[str, ...]]  # seed, station, day, variants
 
 
-def _one(
-    job: tuple[int, int, int, tuple[str, ...]],
-) -> tuple[int, int, dict[str, tuple[F32, F32]]]:
+def recording(seed: int, i: int, day: int) -> Station:
+    """Station ``i`` of ``seed``'s outside set, on ``day`` (0: the set's own recording)."""
+    st = STATIONS[(seed, i)]
+    if not day:
+        return st
+    onset = st.onset_s or 0.0
+    return make_station(st.machine, ENROL_S + SCORE_S, st.fault, onset, st.fault_rms_db, day=day)
+
+
+def _one(job: Job) -> tuple[int, int, Held]:
     seed, i, day, wanted = job
-    st = _STATIONS[(seed, i)]
-    audio = st.audio if not day else make_station(
-        st.machine, ENROL_S + SCORE_S, st.fault, st.onset_s or 0.0, st.fault_rms_db, day=day
-    ).audio  # fmt: skip
-    x = audio.astype(np.float64)
+    x = recording(seed, i, day).audio.astype(np.float64)
     picked = {v: VARIANTS[v] for v in wanted}
     needed = {b for b, _fast in picked.values()}
     env = {b: envelopes(x, bands) for b, bands in banks().items() if b in needed}
     return seed, i, {v: held_per_band(env[b], fast) for v, (b, fast) in picked.items()}
 
 
-def dump(out: Path, seeds: Sequence[int], day: int, variants: Sequence[str]) -> None:
+def dump_with(
+    out: Path, seeds: Sequence[int], worker: Callable[[Any], tuple[int, int, Held]],
+    extra: tuple[Any, ...],
+) -> int:  # fmt: skip
+    """``worker((seed, i, *extra))`` for the 100 stations of each seed, two at a time, saved
+    with each station's truth to ``out``; returns how many stations."""
     meta = []
     for s in seeds:
         for i, st in enumerate(make_stations(100, seed=s, enrol_s=ENROL_S, score_s=SCORE_S)):
-            _STATIONS[(s, i)] = st
+            STATIONS[(s, i)] = st
             meta.append([s, i, st.machine.family, st.fault or "", st.onset_s or -1.0,
                          st.fault_rms_db])  # fmt: skip
     arrays: dict[str, npt.NDArray[np.generic]] = {}
     with Pool(2) as pool:
-        jobs = [(s, i, day, tuple(variants)) for s in seeds for i in range(100)]
-        for s, i, res in pool.imap_unordered(_one, jobs, chunksize=4):
+        jobs = [(s, i, *extra) for s in seeds for i in range(100)]
+        for s, i, res in pool.imap_unordered(worker, jobs, chunksize=4):
             for v, (stat, t) in res.items():
                 arrays[f"{s}/{i}/{v}"], arrays[f"{s}/{i}/{v}/t"] = stat, t
     np.savez(out, meta=np.array(meta, dtype=object), **arrays)  # type: ignore[arg-type]
-    print(f"wrote {out}: {len(meta)} stations, day {day}")
+    return len(meta)
+
+
+def dump(out: Path, seeds: Sequence[int], day: int, variants: Sequence[str]) -> None:
+    n = dump_with(out, seeds, _one, (day, tuple(variants)))
+    print(f"wrote {out}: {n} stations, day {day}")
 
 
 def first_hit(stat: F32, t: F32, margin: float, lo: float, hi: float) -> float | None:
@@ -188,18 +204,36 @@ def data_key(path: Path) -> str:
     return f"{s}/{i}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def report(data: Path, variants: Sequence[str], margins: str, unions: Sequence[str]) -> None:
+    """Print false stops and misses for each of ``variants`` at each of ``margins`` ("0.5,1")
+    and for each union ("variant:margin,variant:margin")."""
+    rows = [[(v, float(m))] for v in variants for m in margins.split(",")]
+    rows += [[(p.split(":")[0], float(p.split(":")[1])) for p in u.split(",")] for u in unions]
+    for picks in rows:
+        false, missed, fam = score(data, picks)
+        name = " or ".join(f"{v}@{m:g}" for v, m in picks)
+        print(f"{name:32s} false stops {false:3d}  misses {missed:3d}  {dict(sorted(fam.items()))}")
+
+
+def parser(doc: str, margins: str) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """A study's command line: ``dump OUT --seeds --day`` (the second parser returned, for
+    the study's own options) and ``score DATA --margins --union``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("dump")
     d.add_argument("out", type=Path)
     d.add_argument("--seeds", default="20261205,20261206,20261207")
     d.add_argument("--day", type=int, default=0)
-    d.add_argument("--variants", default=",".join(VARIANTS), help="which to dump (default all)")
     s = sub.add_parser("score")
     s.add_argument("data", type=Path)
-    s.add_argument("--margins", default="0.5,0.75,1.0,1.25")
+    s.add_argument("--margins", default=margins)
     s.add_argument("--union", action="append", default=[], help="variant:margin,variant:margin")
+    return ap, d
+
+
+def main() -> None:
+    ap, d = parser(__doc__, "0.5,0.75,1.0,1.25")
+    d.add_argument("--variants", default=",".join(VARIANTS), help="which to dump (default all)")
     args = ap.parse_args()
     if args.cmd == "dump":
         wanted = args.variants.split(",")
@@ -208,13 +242,7 @@ def main() -> None:
         dump(args.out, [int(v) for v in args.seeds.split(",")], args.day, wanted)
         return
     files, first = np.load(args.data).files, data_key(args.data)
-    held_variants = [v for v in VARIANTS if f"{first}/{v}" in files]
-    rows = [[(v, float(m))] for v in held_variants for m in args.margins.split(",")]
-    rows += [[(p.split(":")[0], float(p.split(":")[1])) for p in u.split(",")] for u in args.union]
-    for picks in rows:
-        false, missed, fam = score(args.data, picks)
-        name = " or ".join(f"{v}@{m:g}" for v, m in picks)
-        print(f"{name:32s} false stops {false:3d}  misses {missed:3d}  {dict(sorted(fam.items()))}")
+    report(args.data, [v for v in VARIANTS if f"{first}/{v}" in files], args.margins, args.union)
 
 
 if __name__ == "__main__":
