@@ -36,15 +36,17 @@ from guard_lines_alone import (  # scripts/ is on the path when run as a script
     SEGMENT,
     Held,
     dump_with,
+    enrolled_part,
     envelopes,
     parser,
     recording,
     report,
+    spectra_of,
 )
 
 from rtgate.apps.guard import lines
 from rtgate.apps.guard.features import CREST_BANDS
-from rtgate.apps.guard.outside import _speed
+from rtgate.apps.guard.outside import Station, _speed
 from rtgate.apps.guard.simulate import FAULTS, RATE
 from rtgate.apps.guard.speed import LOW_RATE, low_band, shaft_hz
 
@@ -82,49 +84,66 @@ def held(stat: F32) -> F32:
     return out
 
 
-def variants(env: F64, speeds: F64, orders: Sequence[float], tol: float) -> Held:
-    """``seg`` and ``mean``: the held statistic per band and the evaluations' end times (s)."""
-    ends = np.arange(SEGMENT, env.shape[1] + 1, HOP)
-    spectra = lines.log_spectra(np.stack([env[:, e - SEGMENT : e] for e in ends]))
+def variants(
+    env: F64, speeds: F64, orders: Sequence[float], tol: float,
+    enrol: tuple[F64, F64] | None = None,
+) -> Held:  # fmt: skip
+    """``seg`` and ``mean``: the held statistic per band and the evaluations' end times (s);
+    the reference and the enrolled part's statistic from ``enrol`` (another recording's
+    envelopes and speeds) when given."""
+    ends, spectra = spectra_of(env)
+    e_env, e_speeds = (env, speeds) if enrol is None else enrol
+    e_spectra = spectra if enrol is None else spectra_of(e_env)[1]
     enrolled = ends <= ENROL_S * ENV_RATE
-    reference = np.quantile(spectra[enrolled], lines.REFERENCE_Q, axis=0)
-    seg = held(known_combs(lines.new_lines(spectra, reference), speeds, orders, tol))
-    mean_spectra = lines.averaged(spectra)
-    skip = len(spectra) - len(mean_spectra)
-    mean_ref = np.quantile(mean_spectra[enrolled[skip:]], lines.REFERENCE_Q, axis=0)
-    mean = held(known_combs(lines.new_lines(mean_spectra, mean_ref), speeds[skip:], orders, tol))
     t = ends / ENV_RATE
-    return {
-        "seg": (seg, t[lines.HOLD - 1 :].astype(np.float32)),
-        "mean": (mean, t[skip + lines.HOLD - 1 :].astype(np.float32)),
-    }
+    out: Held = {}
+    for name, of in (("seg", lambda sp: sp), ("mean", lines.averaged)):
+        sp, e_sp = of(spectra), of(e_spectra)
+        skip = len(spectra) - len(sp)
+        reference = np.quantile(e_sp[enrolled[skip:]], lines.REFERENCE_Q, axis=0)
+        stat = held(known_combs(lines.new_lines(sp, reference), speeds[skip:], orders, tol))
+        times = t[skip + lines.HOLD - 1 :].astype(np.float32)
+        e_stat = None
+        if enrol is not None:
+            e_new = lines.new_lines(e_sp, reference)
+            e_stat = held(known_combs(e_new, e_speeds[skip:], orders, tol))
+        out[name] = (enrolled_part(times, stat, e_stat), times)
+    return out
 
 
-def _one(job: tuple[int, int, int, str, float]) -> tuple[int, int, Held]:
-    seed, i, day, speed, tol = job
-    st = recording(seed, i, day)
+def speeds_of(st: Station, ends: npt.NDArray[np.int64], speed: str) -> F64:
+    """The shaft speed at each evaluation: read from the sound, or the simulator's own."""
     m = st.machine
-    env = envelopes(st.audio.astype(np.float64), CREST_BANDS)
-    ends = np.arange(SEGMENT, env.shape[1] + 1, HOP)
     if speed == "true":  # day 0's speed, drawn first from the machine's own stream
         fr = _speed(m, len(st.audio), np.random.default_rng(m.seed))
         per = RATE / ENV_RATE  # audio samples per envelope value
-        speeds = np.array([fr[int((e - SEGMENT) * per) : int(e * per)].mean() for e in ends])
-    else:
-        low = low_band(st.audio, RATE)
-        per = LOW_RATE / ENV_RATE  # low-band samples per envelope value
-        lo, hi = (m.shaft_hz * k for k in SPEED_RANGE)
-        speeds = np.array([shaft_hz(low[int((e - SEGMENT) * per) : int(e * per)], lo, hi)
-                           for e in ends])  # fmt: skip
-    orders = [m.bearing.defect_hz(f, 1.0) for f in FAULTS]
-    return seed, i, variants(env, speeds, orders, tol)
+        return np.array([fr[int((e - SEGMENT) * per) : int(e * per)].mean() for e in ends])
+    low = low_band(st.audio, RATE)
+    per = LOW_RATE / ENV_RATE  # low-band samples per envelope value
+    lo, hi = (m.shaft_hz * k for k in SPEED_RANGE)
+    return np.array([shaft_hz(low[int((e - SEGMENT) * per) : int(e * per)], lo, hi)
+                     for e in ends])  # fmt: skip
 
 
-def dump(out: Path, seeds: Sequence[int], day: int, speed: str, tol: float) -> None:
-    if speed == "true" and day:
+def _one(job: tuple[int, int, int, int, str, float]) -> tuple[int, int, Held]:
+    seed, i, day, enrol_day, speed, tol = job
+    st = recording(seed, i, day)
+    env = envelopes(st.audio.astype(np.float64), CREST_BANDS)
+    ends = np.arange(SEGMENT, env.shape[1] + 1, HOP)
+    enrol = None
+    if enrol_day != day:
+        se = recording(seed, i, enrol_day)
+        enrol = (envelopes(se.audio.astype(np.float64), CREST_BANDS), speeds_of(se, ends, speed))
+    orders = [st.machine.bearing.defect_hz(f, 1.0) for f in FAULTS]
+    return seed, i, variants(env, speeds_of(st, ends, speed), orders, tol, enrol)
+
+
+def dump(out: Path, seeds: Sequence[int], day: int, enrol_day: int, speed: str, tol: float) -> None:
+    if speed == "true" and (day or enrol_day):
         raise SystemExit("--speed true is day 0's only")
-    n = dump_with(out, seeds, _one, (day, speed, tol))
-    print(f"wrote {out}: {n} stations, day {day}, speed {speed}, tol {tol}")
+    n = dump_with(out, seeds, _one, (day, enrol_day, speed, tol))
+    print(f"wrote {out}: {n} stations, day {day}, enrolled on day {enrol_day}, speed {speed}, "
+          f"tol {tol}")  # fmt: skip
 
 
 def main() -> None:
@@ -133,7 +152,9 @@ def main() -> None:
     d.add_argument("--tol", type=float, default=0.02)
     args = ap.parse_args()
     if args.cmd == "dump":
-        dump(args.out, [int(v) for v in args.seeds.split(",")], args.day, args.speed, args.tol)
+        enrol_day = args.day if args.enrol_day is None else args.enrol_day
+        seeds = [int(v) for v in args.seeds.split(",")]
+        dump(args.out, seeds, args.day, enrol_day, args.speed, args.tol)
         return
     report(args.data, ("seg", "mean"), args.margins, args.union)
 

@@ -7,6 +7,9 @@ the lines' own ``log_spectra`` of 1.28 s segments every 0.32 s, the reference an
 from the first 30 s (the enrolment), the comb held over ``HOLD`` evaluations, a hit on
 ``CONSECUTIVE`` evaluations in a row over top + margin. No detector, no persist clause, no
 mean: what the lines see by themselves (docs/guard.md, Session 32, for what it measured).
+``--day D`` scores another day's recording of each station (enrolled on its own first 30 s);
+``--enrol-day D`` enrols on day D's recording (the reference, and the top from its first 30
+s) and scores the set's, as ``guard evaluate --enrol-day`` does (session 34).
 
 ``dump`` saves each station's held statistic per band for each variant:
 
@@ -100,22 +103,43 @@ def fast_combs(spectra: F32, reference: npt.NDArray[np.floating]) -> F32:
     return out
 
 
-def held_per_band(env: F64, fast: bool) -> tuple[F32, F32]:
-    """The held comb's statistic per band at each evaluation once ``HOLD`` have passed,
-    over the reference of the enrolled part, and the evaluations' end times (s)."""
+def spectra_of(env: F64) -> tuple[npt.NDArray[np.int64], F32]:
+    """The evaluations' ends (in envelope values) and their segments' ``L`` (``lines.py``)."""
     ends = np.arange(SEGMENT, env.shape[1] + 1, HOP)
-    spectra = lines.log_spectra(np.stack([env[:, e - SEGMENT : e] for e in ends]))
+    return ends, lines.log_spectra(np.stack([env[:, e - SEGMENT : e] for e in ends]))
+
+
+def enrolled_part(t: npt.NDArray[np.floating], stat: F32, enrol_stat: F32 | None) -> F32:
+    """``stat`` with the evaluations of the enrolled 30 s taken from ``enrol_stat`` (the
+    station enrolled on another recording: its top is that recording's) when given."""
+    if enrol_stat is None:
+        return stat
+    out: F32 = np.where((t <= ENROL_S)[:, None], enrol_stat, stat).astype(np.float32)
+    return out
+
+
+def held_per_band(env: F64, fast: bool, enrol_env: F64 | None = None) -> tuple[F32, F32]:
+    """The held comb's statistic per band at each evaluation once ``HOLD`` have passed,
+    over the reference of the enrolled part (of ``enrol_env``'s, another recording of the
+    station, when given), and the evaluations' end times (s)."""
+    ends, spectra = spectra_of(env)
+    enrol_spectra = spectra if enrol_env is None else spectra_of(enrol_env)[1]
     enrolled = ends <= ENROL_S * ENV_RATE
-    reference = np.quantile(spectra[enrolled], lines.REFERENCE_Q, axis=0)
-    acc = fast_combs(spectra, reference) if fast else lines.combs(spectra, reference)
-    per_band = np.stack([lines.held_run(acc[:, b : b + 1]) for b in range(acc.shape[1])], axis=1)
+    reference = np.quantile(enrol_spectra[enrolled], lines.REFERENCE_Q, axis=0)
+    combs = fast_combs if fast else lines.combs
+
+    def per_band(sp: F32) -> F32:
+        acc = combs(sp, reference)
+        return np.stack([lines.held_run(acc[:, b : b + 1]) for b in range(acc.shape[1])], axis=1)
+
     times = (ends[lines.HOLD - 1 :] / ENV_RATE).astype(np.float32)
-    return per_band.astype(np.float32), times
+    enrol_stat = None if enrol_env is None else per_band(enrol_spectra)
+    return enrolled_part(times, per_band(spectra), enrol_stat), times
 
 
 STATIONS: dict[tuple[int, int], Station] = {}  # filled before the pool forks
 Held = dict[str, tuple[F32, F32]]  # variant: (statistic per evaluation and band, end times)
-Job = tuple[int, int, int, tuple[str, ...]]  # seed, station, day, variants
+Job = tuple[int, int, int, int, tuple[str, ...]]  # seed, station, day, enrolment's day, variants
 
 
 def recording(seed: int, i: int, day: int) -> Station:
@@ -128,12 +152,16 @@ def recording(seed: int, i: int, day: int) -> Station:
 
 
 def _one(job: Job) -> tuple[int, int, Held]:
-    seed, i, day, wanted = job
+    seed, i, day, enrol_day, wanted = job
     x = recording(seed, i, day).audio.astype(np.float64)
     picked = {v: VARIANTS[v] for v in wanted}
     needed = {b for b, _fast in picked.values()}
     env = {b: envelopes(x, bands) for b, bands in banks().items() if b in needed}
-    return seed, i, {v: held_per_band(env[b], fast) for v, (b, fast) in picked.items()}
+    enrol: dict[str, F64 | None] = dict.fromkeys(needed)
+    if enrol_day != day:
+        xe = recording(seed, i, enrol_day).audio.astype(np.float64)
+        enrol = {b: envelopes(xe, bands) for b, bands in banks().items() if b in needed}
+    return seed, i, {v: held_per_band(env[b], fast, enrol[b]) for v, (b, fast) in picked.items()}
 
 
 def dump_with(
@@ -158,9 +186,11 @@ def dump_with(
     return len(meta)
 
 
-def dump(out: Path, seeds: Sequence[int], day: int, variants: Sequence[str]) -> None:
-    n = dump_with(out, seeds, _one, (day, tuple(variants)))
-    print(f"wrote {out}: {n} stations, day {day}")
+def dump(
+    out: Path, seeds: Sequence[int], day: int, enrol_day: int, variants: Sequence[str]
+) -> None:
+    n = dump_with(out, seeds, _one, (day, enrol_day, tuple(variants)))
+    print(f"wrote {out}: {n} stations, day {day}, enrolled on day {enrol_day}")
 
 
 def first_hit(stat: F32, t: F32, margin: float, lo: float, hi: float) -> float | None:
@@ -223,7 +253,11 @@ def parser(doc: str, margins: str) -> tuple[argparse.ArgumentParser, argparse.Ar
     d = sub.add_parser("dump")
     d.add_argument("out", type=Path)
     d.add_argument("--seeds", default="20261205,20261206,20261207")
-    d.add_argument("--day", type=int, default=0)
+    d.add_argument("--day", type=int, default=0, help="the recording scored (0: the set's)")
+    d.add_argument(
+        "--enrol-day", type=int, default=None,
+        help="enrolled on this day's recording (default: the scored one's first 30 s)",
+    )  # fmt: skip
     s = sub.add_parser("score")
     s.add_argument("data", type=Path)
     s.add_argument("--margins", default=margins)
@@ -239,7 +273,8 @@ def main() -> None:
         wanted = args.variants.split(",")
         if unknown := set(wanted) - set(VARIANTS):
             raise SystemExit(f"unknown variants {sorted(unknown)}; known: {sorted(VARIANTS)}")
-        dump(args.out, [int(v) for v in args.seeds.split(",")], args.day, wanted)
+        enrol_day = args.day if args.enrol_day is None else args.enrol_day
+        dump(args.out, [int(v) for v in args.seeds.split(",")], args.day, enrol_day, wanted)
         return
     files, first = np.load(args.data).files, data_key(args.data)
     report(args.data, [v for v in VARIANTS if f"{first}/{v}" in files], args.margins, args.union)
