@@ -1,19 +1,21 @@
 """The envelope comb at a station's known defect orders, offline (#18, session 34).
 
-The shipped lines clause (``lines.py``) looks for a new comb at every rate from 15 to 260 Hz
-in three bands: some 900 candidates, and the station's healthy top is the highest of them
-all. A station whose bearing is known (its catalogue gives the defect orders: BPFO, BPFI and
-2 x BSF per shaft revolution) can strike only at those orders times the shaft speed, so this
-study looks there alone: each evaluation, the shaft speed read from the station's own sound
-(``speed.shaft_hz``, in 0.9-1.4 times the station's nominal speed, or the simulator's true
-speed with ``--speed true``), and for each order the best rate within ``--tol`` of order x
-speed, its comb the mean of its first three harmonics' new lines (``lines.new_lines``, each
-the best of its bin and the two next to it) over the enrolled reference; the statistic per
-band the best order's, held at its least over ``HOLD`` evaluations. Variants: ``seg`` (one
-1.28 s segment, as the shipped clause's) and ``mean`` (the mean of four that do not overlap,
-5.12 s). The top per band is the highest held statistic on the 30 s enrolled, a hit on
-``CONSECUTIVE`` evaluations over top + margin, as ``guard_lines_alone.py`` scores (whose
-``score`` this uses: false stops and misses in stations, the clause alone).
+The shipped lines clause (``lines.py``) looks for a new comb at every rate from 15 to 260
+Hz in three bands: some 900 candidates, and the station's healthy top is the highest of
+them all. A station whose bearing is known (its catalogue gives the defect orders: BPFO,
+BPFI and 2 x BSF per shaft revolution) can strike only at those orders times the shaft
+speed, so this study looks there alone: each evaluation, the shaft speed read from the
+station's own sound (``speed.shaft_hz``, in 0.9-1.4 times the station's nominal speed, or
+the simulator's true speed with ``--speed true``), and for each order (of the bearing
+fitted, or with ``--bearing other`` of a wrong one given) the best rate within ``--tol`` of
+order x speed, its comb the mean of its first three harmonics' new lines
+(``lines.new_lines``, each the best of its bin and the two next to it) over the enrolled
+reference; the statistic per band the best order's, held at its least over ``HOLD``
+evaluations. Variants: ``seg`` (one 1.28 s segment, as the shipped clause's) and ``mean``
+(the mean of four that do not overlap, 5.12 s). The top per band is the highest held
+statistic on the 30 s enrolled, a hit on ``CONSECUTIVE`` evaluations over top + margin, as
+``guard_lines_alone.py`` scores (whose ``score`` this uses: false stops and misses in
+stations, the clause alone).
 
     PYTHONPATH=src python scripts/guard_known_orders.py dump OUT.npz --seeds 20261205
     PYTHONPATH=src python scripts/guard_known_orders.py score OUT.npz --margins 0.5,0.75 \\
@@ -46,8 +48,8 @@ from guard_lines_alone import (  # scripts/ is on the path when run as a script
 
 from rtgate.apps.guard import lines
 from rtgate.apps.guard.features import CREST_BANDS
-from rtgate.apps.guard.outside import Station, _speed
-from rtgate.apps.guard.simulate import FAULTS, RATE
+from rtgate.apps.guard.outside import BEARINGS, Station, _speed
+from rtgate.apps.guard.simulate import FAULTS, RATE, Bearing
 from rtgate.apps.guard.speed import LOW_RATE, low_band, shaft_hz
 
 F32 = npt.NDArray[np.float32]
@@ -125,8 +127,17 @@ def speeds_of(st: Station, ends: npt.NDArray[np.int64], speed: str) -> F64:
                      for e in ends])  # fmt: skip
 
 
-def _one(job: tuple[int, int, int, int, str, float]) -> tuple[int, int, Held]:
-    seed, i, day, enrol_day, speed, tol = job
+def bearing_given(st: Station, given: str) -> Bearing:
+    """The station's bearing as its user gives it: the one fitted, or (``other``) the next
+    of the outside set's catalogue, a wrong designation typed in."""
+    fitted = st.machine.bearing
+    if given == "fitted":
+        return fitted
+    return BEARINGS[(BEARINGS.index(fitted) + 1) % len(BEARINGS)]
+
+
+def _one(job: tuple[int, int, int, int, str, float, str]) -> tuple[int, int, Held]:
+    seed, i, day, enrol_day, speed, tol, given = job
     st = recording(seed, i, day)
     env = envelopes(st.audio.astype(np.float64), CREST_BANDS)
     ends = np.arange(SEGMENT, env.shape[1] + 1, HOP)
@@ -134,27 +145,30 @@ def _one(job: tuple[int, int, int, int, str, float]) -> tuple[int, int, Held]:
     if enrol_day != day:
         se = recording(seed, i, enrol_day)
         enrol = (envelopes(se.audio.astype(np.float64), CREST_BANDS), speeds_of(se, ends, speed))
-    orders = [st.machine.bearing.defect_hz(f, 1.0) for f in FAULTS]
+    orders = [bearing_given(st, given).defect_hz(f, 1.0) for f in FAULTS]
     return seed, i, variants(env, speeds_of(st, ends, speed), orders, tol, enrol)
 
 
-def dump(out: Path, seeds: Sequence[int], day: int, enrol_day: int, speed: str, tol: float) -> None:
+def dump(
+    out: Path, seeds: Sequence[int], day: int, enrol_day: int, speed: str, tol: float, given: str
+) -> None:
     if speed == "true" and (day or enrol_day):
         raise SystemExit("--speed true is day 0's only")
-    n = dump_with(out, seeds, _one, (day, enrol_day, speed, tol))
+    n = dump_with(out, seeds, _one, (day, enrol_day, speed, tol, given))
     print(f"wrote {out}: {n} stations, day {day}, enrolled on day {enrol_day}, speed {speed}, "
-          f"tol {tol}")  # fmt: skip
+          f"tol {tol}, bearing {given}")  # fmt: skip
 
 
 def main() -> None:
     ap, d = parser(__doc__, "0.5,0.75,1.0")
     d.add_argument("--speed", choices=("tracked", "true"), default="tracked")
     d.add_argument("--tol", type=float, default=0.02)
+    d.add_argument("--bearing", choices=("fitted", "other"), default="fitted")
     args = ap.parse_args()
     if args.cmd == "dump":
         enrol_day = args.day if args.enrol_day is None else args.enrol_day
         seeds = [int(v) for v in args.seeds.split(",")]
-        dump(args.out, seeds, args.day, enrol_day, args.speed, args.tol)
+        dump(args.out, seeds, args.day, enrol_day, args.speed, args.tol, args.bearing)
         return
     report(args.data, ("seg", "mean"), args.margins, args.union)
 
