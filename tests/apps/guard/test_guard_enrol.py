@@ -21,7 +21,7 @@ from rtgate.apps.guard.cli import app
 from rtgate.apps.guard.detector import default_model_path
 from rtgate.apps.guard.features import RATE
 from rtgate.apps.guard.lines import HEARD, HOLD, STEP, WINDOWS
-from rtgate.apps.guard.simulate import BEARINGS, SPEEDS, Bearing, Motor, make_clip
+from rtgate.apps.guard.simulate import BEARINGS, FAULTS, SPEEDS, Bearing, Motor, make_clip
 
 runner = CliRunner()
 
@@ -191,6 +191,25 @@ def test_slow_range_writes_format_5_and_scan_says_so(
     assert json.loads((tmp_path / "M7.json").read_text())["format"] == "rtgate-guard-enrolment/3"
 
 
+def test_a_bearing_s_orders_write_format_10_and_scan_decides_with_them(
+    odd_recording: tuple[Path, Path], tmp_path: Path
+) -> None:
+    enrol, later = odd_recording
+    orders = [ODD.bearing.defect_hz(f, 1.0) for f in FAULTS]
+    given = ",".join(f"{o:.4f}" for o in orders)
+    args = ("--station", "M7", "--out", str(tmp_path), "--orders", given, "--shaft-hz", "7-9.5")
+    res = _enroll(*args, str(enrol))
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "M7.json").read_text())
+    assert doc["format"] == "rtgate-guard-enrolment/10"
+    known = doc["model"]["lines"]["orders"]
+    assert known["orders"] == pytest.approx(orders, abs=1e-4) and known["shaft_hz"] == [7.0, 9.5]
+    assert len(known["top"]) == len(known["mean_top"]) == 3
+    out, _ = _scan(later, "M7", tmp_path)  # the same motor, healthy: decided with the orders
+    assert out["stops"] == []
+    assert out["enrolment"]["bearing_orders"]["shaft_hz"] == [7.0, 9.5]
+
+
 def test_minutes_caps_the_audio_used(odd_recording: tuple[Path, Path], tmp_path: Path) -> None:
     enrol, _ = odd_recording
     res = _enroll("--station", "M7", "--out", str(tmp_path), "--minutes", "0.5", str(enrol))
@@ -243,6 +262,22 @@ def test_run_says_which_stations_have_no_enrolment(
         (["--station", "M7", "--minutes", "0", "ENROL"], "--minutes"),
         (["--station", "M7", "-", "ENROL"], "stdin"),
         (["--station", "M7"], "give WAV files"),
+        (["--station", "M7", "--orders", "3.1", "ENROL"], "--orders and --shaft-hz go together"),
+        (["--station", "M7", "--orders", "3.1,x", "--shaft-hz", "7-9", "ENROL"], "a number"),
+        (["--station", "M7", "--orders", "3.1", "--shaft-hz", "9-7", "ENROL"], "shaft range"),
+        (
+            [
+                "--station",
+                "M7",
+                "--orders",
+                "3.1",
+                "--shaft-hz",
+                "7-9",
+                "--no-median-range",
+                "ENROL",
+            ],
+            "--no-median-range",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

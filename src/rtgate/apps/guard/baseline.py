@@ -106,6 +106,7 @@ import numpy.typing as npt
 from rtgate.apps.guard.detector import logit_of
 from rtgate.apps.guard.features import N_FEATURES
 from rtgate.apps.guard.lines import Lines, LinesProfile
+from rtgate.apps.guard.orders import BACKSTOP
 from rtgate.apps.guard.paths import user_data_path
 from rtgate.apps.guard.station_model import Z_CLIP, StationModel
 from rtgate.core.errors import ConfigError, InvalidRequest
@@ -157,7 +158,9 @@ FORMAT_STEADY = "rtgate-guard-enrolment/6"  # /6: /5 and the running median's ra
 FORMAT_LINES = "rtgate-guard-enrolment/7"  # /7: /6 and the envelope's lines (lines.py)
 FORMAT_MEAN = "rtgate-guard-enrolment/8"  # /8: /7 and the lines' mean over 5.12 s
 FORMAT_HELD = "rtgate-guard-enrolment/9"  # /9: /7 or /8, tops for a comb held at one rate
-_LINED = (FORMAT_LINES, FORMAT_MEAN, FORMAT_HELD)  # the formats with each part
+FORMAT_ORDERS = "rtgate-guard-enrolment/10"  # /10: /9 and the bearing's orders (orders.py)
+_HELD = (FORMAT_HELD, FORMAT_ORDERS)
+_LINED = (FORMAT_LINES, FORMAT_MEAN, *_HELD)  # the formats with each part
 _STEADIED = (FORMAT_STEADY, *_LINED)
 _SLOWED = (FORMAT_SLOW, *_STEADIED)
 FORMATS = (
@@ -170,6 +173,7 @@ FORMATS = (
     FORMAT_LINES,
     FORMAT_MEAN,
     FORMAT_HELD,
+    FORMAT_ORDERS,
 )
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
@@ -343,6 +347,8 @@ class Enrolment:
         if self.lines is not None:  # files of format /6 keep their id
             h.update(np.asarray(self.lines.reference, "<f4").tobytes())
             h.update(f"|{self.lines.top!r}".encode())
+            if self.lines.orders is not None:  # files of format /9 keep their id
+                h.update(json.dumps(self.lines.orders.record(), sort_keys=True).encode())
         return h.hexdigest()[:12]
 
     def summary(self) -> dict[str, Any]:
@@ -365,6 +371,8 @@ class Enrolment:
             out["envelope_lines"] = True
             out["envelope_lines_mean"] = self.lines.mean_reference is not None
             out["envelope_lines_hold"] = self.lines.hold
+            if self.lines.orders is not None:  # format /10
+                out["bearing_orders"] = self.lines.orders.bearing.record()
         return out
 
     def to_json(self) -> str:
@@ -377,7 +385,7 @@ class Enrolment:
         if self.lines is not None:
             fmt = FORMAT_LINES if self.lines.mean_reference is None else FORMAT_MEAN
             if self.lines.hold > 1:
-                fmt = FORMAT_HELD
+                fmt = FORMAT_HELD if self.lines.orders is None else FORMAT_ORDERS
         doc: dict[str, Any] = {
             "format": fmt,
             "station": self.station,
@@ -457,10 +465,15 @@ class Enrolment:
             if "lines" not in model:
                 raise ConfigError(f"{where}: a file of format {fmt} needs envelope lines")
             lines = LinesProfile.from_record(model["lines"], where)
-            if (lines.hold > 1) != (fmt == FORMAT_HELD):
+            if (lines.hold > 1) != (fmt in _HELD):
                 raise ConfigError(
-                    f"{where}: envelope lines {'without' if fmt == FORMAT_HELD else 'with'} "
+                    f"{where}: envelope lines {'without' if fmt in _HELD else 'with'} "
                     f"tops for a held comb in a file of format {fmt}"
+                )
+            if (lines.orders is not None) != (fmt == FORMAT_ORDERS):
+                raise ConfigError(
+                    f"{where}: envelope lines {'without' if fmt == FORMAT_ORDERS else 'with'} "
+                    f"a bearing's orders in a file of format {fmt}"
                 )
             if lines.hold == 1 and (lines.mean_reference is None) != (fmt == FORMAT_LINES):
                 raise ConfigError(
@@ -570,6 +583,7 @@ class Baselines:
         slow: Sequence[float] | None = None,
         persist: Sequence[float] | None = None,
         lines: Sequence[float] | None = None,
+        orders: Sequence[float] | None = None,
     ) -> None:
         n = len(enrolments)
         self.enrolments = list(enrolments)
@@ -689,7 +703,20 @@ class Baselines:
         self.lines_margin = np.where(
             has, np.where(self.deaf, lm, lm * np.float32(LINES_HEARING)), 0.0
         ).astype(np.float32)
-        self.lines_clause = bool((self.lines_margin > 0).any())
+        # the comb at a station's known bearing orders (format /10; orders.py): its own margin
+        om = np.zeros(n, np.float32) if orders is None else np.asarray(orders, np.float32)
+        if om.shape != (n,):
+            raise InvalidRequest(f"{len(om)} known orders' margins for {n} stations")
+        known = np.array(
+            [e is not None and e.lines is not None and e.lines.orders is not None
+             for e in enrolments], dtype=bool,
+        )  # fmt: skip
+        self.orders_margin = np.where(known, om, 0.0).astype(np.float32)
+        # where the orders watch, the comb at every rate is a backstop (a wrong bearing
+        # given): BACKSTOP times its margin
+        backstop = np.where(self.orders_margin > 0, np.float32(BACKSTOP), np.float32(1.0))
+        self.lines_margin = (self.lines_margin * backstop).astype(np.float32)
+        self.lines_clause = bool((self.lines_margin > 0).any() or (self.orders_margin > 0).any())
         # the stations' envelope lines, stepped after each tick (``step_lines``); their mean
         # over 5.12 s only where the detector is deaf: it also hears a lasting difference
         # between two healthy recordings of a motor, and where the detector hears, it stops
@@ -699,6 +726,7 @@ class Baselines:
                 [e.lines if e is not None else None for e in enrolments],
                 self.lines_margin,
                 means=self.deaf,
+                orders_margins=self.orders_margin,
             )
             if self.lines_clause
             else None
@@ -725,15 +753,19 @@ class Baselines:
         return out
 
     def step_lines(
-        self, envelope: npt.ArrayLike, rows: npt.ArrayLike | None = None
+        self,
+        envelope: npt.ArrayLike,
+        rows: npt.ArrayLike | None = None,
+        audio: npt.ArrayLike | None = None,
     ) -> npt.NDArray[np.bool_]:
         """Add the newest window's band envelopes of the stations in ``rows`` (default all)
-        to their envelope lines (``lines.Lines.step``, after the tick's stops are published);
-        returns which of them are hits for their next window."""
+        to their envelope lines (``lines.Lines.step``, after the tick's stops are published;
+        ``audio``: the windows, for the stations with known bearing orders); returns which
+        of them are hits for their next window."""
         if self.lines is None:
             n = self.lines_margin.shape[0] if rows is None else len(np.asarray(rows))
             return np.zeros(n, dtype=bool)
-        return self.lines.step(envelope, rows)
+        return self.lines.step(envelope, rows, audio)
 
     def reset(self, stream: int | None = None) -> None:
         """Forget the averages of one station (or all): a new recording."""
@@ -885,11 +917,14 @@ class Baselines:
             if self.lines is None:  # no station has the clause: no evidence from it
                 lines = np.full(len(rows), -np.inf)
             else:
-                lines = np.where(
-                    self.lines_margin[rows] > 0,
-                    self.lines.last[rows] / np.maximum(self.lines_margin[rows], 1e-6),
-                    -np.inf,
+                # in units of the orders' margin where they watch (the clause that decides
+                # there), else of the every-rate lines'
+                unit = np.where(
+                    self.orders_margin[rows] > 0,
+                    self.orders_margin[rows],
+                    self.lines_margin[rows],
                 )
+                lines = np.where(unit > 0, self.lines.last[rows] / np.maximum(unit, 1e-6), -np.inf)
         ev = np.maximum(persist, lines).astype(np.float32)
         t = self._t[rows]
         logit = np.clip(t + np.float32(EVIDENCE_SLOPE) * ev, -LOGIT_BOUND, t - DEAF_GAP)

@@ -41,6 +41,7 @@ from rtgate.apps.guard.rt import quiet_gc, realtime
 from rtgate.apps.guard.rtbroker import realtime_broker
 from rtgate.apps.guard.rules import Rule, Rules
 from rtgate.apps.guard.simulate import Clip, make_clip, make_set
+from rtgate.core.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from rtgate.apps.guard.explain_child import ExplainProcess
@@ -365,10 +366,17 @@ def _through_broker(
     return rt_on, sub.got
 
 
-def _enrol_fleet(fleet: _Fleet, seconds: float, model: Path | None) -> list[Enrolment | None]:
+def _enrol_fleet(
+    fleet: _Fleet, seconds: float, model: Path | None, known_orders: bool = False
+) -> list[Enrolment | None]:
     """Each distinct motor enrolled on ``seconds`` of another, healthy recording of it
-    (``enrol.fit``, stops accepted: the bench measures the stop path's cost)."""
+    (``enrol.fit``, stops accepted: the bench measures the stop path's cost);
+    ``known_orders``: with its bearing's defect orders and 0.9-1.4 x its shaft speed
+    (format /10, ``orders.py``)."""
     from rtgate.apps.guard.enrol import Recording, Source, fit
+    from rtgate.apps.guard.orders import BearingOrders
+    from rtgate.apps.guard.simulate import FAULTS
+    from rtgate.apps.guard.speed import HARMONICS, TOP_HZ
 
     wf, det, made = WindowFeatures(), Detector(model, n_streams=1), {}
     for j in sorted(set(fleet.clip_of.tolist())):
@@ -383,8 +391,14 @@ def _enrol_fleet(fleet: _Fleet, seconds: float, model: Path | None) -> list[Enro
         r = np.array([rhythm.step(e[None])[0] for e in env], np.float32)
         src = Source(f"motor {j}", "simulated", RATE, seconds=len(f) * HOP / RATE)
         rms = float(np.std(clip.audio))
-        rec = Recording(f, s, [(0, len(f))], [src], rms, r, lg, envelopes=env)
-        made[j] = fit(f"motor{j}", rec, accept_stops=True).enrolment
+        rec = Recording(f, s, [(0, len(f))], [src], rms, r, lg, clip.audio, env)
+        bearing = None
+        if known_orders:
+            m = clip.motor
+            hi = min(1.4 * m.shaft_hz, TOP_HZ / HARMONICS)
+            orders = tuple(m.bearing.defect_hz(k, 1.0) for k in FAULTS)
+            bearing = BearingOrders(orders, 0.9 * m.shaft_hz, hi)
+        made[j] = fit(f"motor{j}", rec, accept_stops=True, bearing=bearing).enrolment
     return [made[int(j)] for j in fleet.clip_of]
 
 
@@ -404,6 +418,7 @@ def run(
     rt_priority: int = 0,
     record: dict[str, Any] | None = None,
     enrol_s: float = 0.0,
+    known_orders: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark; return the metrics (see the module doc).
 
@@ -412,7 +427,9 @@ def run(
     filled with the raw run for plots: ``t0`` (UNIX time of audio start), ``names``,
     ``onsets_s``, ``severity_db``, ``scores`` (ticks x stations), ``receipts`` and ``orders``.
     ``enrol_s > 0`` enrols every station first (on that much of another healthy recording
-    of its motor), so that the stop path runs each station's baseline too.
+    of its motor), so that the stop path runs each station's baseline too; with
+    ``known_orders``, each with its bearing's orders (the lines then read every station's
+    shaft speed at its turn: ``lines_batch_ms``).
     """
     from rtgate.apps.guard.explain_child import ExplainConfig, ExplainProcess
     from rtgate.apps.guard.store import WorkOrderStore
@@ -426,7 +443,9 @@ def run(
         fault_share=fault_share,
         severity_db=severity_db,
     )
-    enrolments = _enrol_fleet(fleet, enrol_s, model) if enrol_s > 0 else None
+    if known_orders and enrol_s <= 0:
+        raise InvalidRequest("--known-orders needs --enrol-s > 0")
+    enrolments = _enrol_fleet(fleet, enrol_s, model, known_orders) if enrol_s > 0 else None
     db_path = db or Path(tempfile.mkdtemp(prefix="rtgate-guard-bench-")) / "orders.sqlite"
     worker = ExplainProcess(ExplainConfig(str(db_path), llm=llm)).start()
     ticks = _Ticks(keep_scores=record is not None)
@@ -447,6 +466,7 @@ def run(
         _fill_record(record, fleet, ticks, got, orders)
     setup = _setup_report(fleet, seconds, llm_inline, rt_priority if rt_on else 0, worker)
     setup["enrolled_stations"] = 0 if enrolments is None else len(enrolments)
+    setup["known_orders"] = known_orders
     return {**setup, **_results(ticks, fleet, stops, len(got), orders, worker, model)}
 
 
@@ -495,8 +515,17 @@ def guard_cmd(
     enrol_s: Annotated[
         float, typer.Option(help="enrol every station first on this much audio (0: none)")
     ] = 0.0,
+    known_orders: Annotated[
+        bool,
+        typer.Option(
+            "--known-orders",
+            help="enrol each station with its bearing's defect orders (needs --enrol-s)",
+        ),
+    ] = False,
 ) -> None:
     """Many stations at once through the local Mosquitto."""
+    if known_orders and enrol_s <= 0:
+        raise typer.BadParameter("--known-orders needs --enrol-s > 0")
     with ExitStack() as stack:
         if rt_broker:
             if rt_priority <= 0:
@@ -512,6 +541,7 @@ def guard_cmd(
             rt_priority=rt_priority,
             unique_clips=unique_clips,
             enrol_s=enrol_s,
+            known_orders=known_orders,
         )
     res["broker"] = "private, SCHED_FIFO" if rt_broker else broker
     table = Table("metric", "value")

@@ -543,6 +543,14 @@ def evaluate(
             "the scored recording)",
         ),
     ] = 0,
+    known_orders: Annotated[
+        bool,
+        typer.Option(
+            "--known-orders",
+            help="outside: enrol each station with its bearing's defect orders and 0.9-1.4 x "
+            "its nominal shaft speed (enroll's --orders and --shaft-hz)",
+        ),
+    ] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
 ) -> None:
     """Evaluate the detector on a set it was never trained or tuned on.
@@ -565,10 +573,13 @@ def evaluate(
                 log=lambda s: console.print(s),
                 station_model=station_model,
                 enrol_day=enrol_day,
+                known_orders=known_orders,
             )
         elif set_ == "unseen":
-            if baseline is not None or enrol_day:
-                raise InvalidRequest("--baseline and --enrol-day run with --set outside")
+            if baseline is not None or enrol_day or known_orders:
+                raise InvalidRequest(
+                    "--baseline, --enrol-day and --known-orders run with --set outside"
+                )
             from rtgate.apps.guard.evaluate import evaluate as run_unseen
 
             report = run_unseen(model, clips, 2000 if seed is None else seed, seconds=8.0)

@@ -58,6 +58,7 @@ from rtgate.apps.guard.features import (
     WindowFeatures,
 )
 from rtgate.apps.guard.lines import lines_profile
+from rtgate.apps.guard.orders import BearingOrders
 from rtgate.apps.guard.rhythm import WINDOWS, Rhythm
 from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
 from rtgate.apps.guard.station_model import fit_station_model
@@ -151,7 +152,7 @@ class Recording:
     rms: float
     rhythm: F32 | None = None
     logits: F32 | None = None
-    audio: F32 | None = None  # the 16 kHz audio of every window, kept for a station model
+    audio: F32 | None = None  # the 16 kHz audio of every window (a station model, orders)
     envelopes: F32 | None = None  # every window's band envelopes (T, bands, N_SUB): lines.py
 
     @property
@@ -409,6 +410,7 @@ def fit(
     slow: bool = False,
     persist: bool = True,
     lines: bool = True,
+    bearing: BearingOrders | None = None,
 ) -> Fitted:
     """Measure ``station``'s normal on ``rec`` (see the module doc for what is refused:
     :class:`InvalidRequest`). ``detector``: the one that made the scores, for the
@@ -419,7 +421,9 @@ def fit(
     ``3 / SLOW_ALPHA`` windows gets none); ``persist`` (the default): the median's range too
     (``persist_range``, and the slow range its veto needs; format /6); ``lines`` (the
     default, with ``persist``): the envelope's spectra too (``lines.lines_profile`` on
-    ``rec.envelopes``; format /7; a recording without envelopes or too short gets none)."""
+    ``rec.envelopes``; format /7; a recording without envelopes or too short gets none);
+    ``bearing``: the station's bearing orders and shaft range, whose comb the lines then
+    watch too (``orders.py``; format /10; needs ``rec.audio``)."""
     rule = rule or Rule()
     general = _general(rec, rule) if rec.seconds >= MIN_SECONDS else {}
     _check(station, rec, general, accept_stops)
@@ -447,7 +451,12 @@ def fit(
     persist_scale = persist_range(rec, mean, sd) if persist and slow_scale is not None else None
     profile = None
     if lines and persist_scale is not None and rec.envelopes is not None:
-        profile = lines_profile(rec.envelopes, rec.segments)
+        profile = lines_profile(rec.envelopes, rec.segments, rec.audio, bearing)
+    if bearing is not None and (profile is None or profile.orders is None):
+        raise InvalidRequest(
+            f"the bearing's orders need the envelope lines and {rec.seconds:.1f} s is too "
+            "short for them (or the median's range was not measured)"
+        )
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     general["accepted_stops"] = bool(general["stops"])
     enrolment = Enrolment(

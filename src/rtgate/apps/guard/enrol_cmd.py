@@ -23,6 +23,7 @@ from rtgate.apps.guard.baseline import Enrolment, EnrolmentStore, detector_ident
 from rtgate.apps.guard.detector import Detector, default_model_path
 from rtgate.apps.guard.enrol import Fitted, HashingReader, Source, file_source, fit, listen
 from rtgate.apps.guard.features import RATE
+from rtgate.apps.guard.orders import BearingOrders
 from rtgate.apps.guard.rules import Rules
 from rtgate.core.errors import InvalidRequest, RtgateError
 
@@ -156,6 +157,22 @@ def enroll(
             "rules' persist clause, on by default, needs): the file is then /3, /4 or /5",
         ),
     ] = False,
+    orders: Annotated[
+        str | None,
+        typer.Option(
+            "--orders",
+            help="the station's bearing defect orders per shaft revolution, from its maker's "
+            "catalogue: BPFO,BPFI,2xBSF (e.g. 3.58,5.42,4.70; format /10); needs --shaft-hz",
+        ),
+    ] = None,
+    shaft_hz: Annotated[
+        str | None,
+        typer.Option(
+            "--shaft-hz",
+            help="the shaft's speed range in Hz, LOW-HIGH (e.g. 24-34 for 1440-2040 rpm); the "
+            "speed is read from the sound within it",
+        ),
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the summary here")] = None,
 ) -> None:
     """Listen to a station running healthy and store its own normal for scan and run.
@@ -173,9 +190,16 @@ def enroll(
         store.path(station)
         r = Rules.load(rules) if rules else Rules()
         r.for_station(station).topic_for(station)  # a name its stops could not be sent for
+        if (orders is None) != (shaft_hz is None):
+            raise InvalidRequest("--orders and --shaft-hz go together")
+        bearing = None
+        if orders is not None and shaft_hz is not None:
+            bearing = BearingOrders.parse(orders, shaft_hz)
+        if bearing is not None and no_median_range:
+            raise InvalidRequest("--orders needs the envelope lines, which --no-median-range drops")
         srcs, reader = _sources(sources or [], device, rate, channels, channel, minutes)
         det = Detector(model, n_streams=1)
-        rec = listen(srcs, det, minutes * 60, keep_audio=station_model)
+        rec = listen(srcs, det, minutes * 60, keep_audio=station_model or bearing is not None)
         if reader is not None:
             rec.sources[0].sha256 = reader.digest.hexdigest()
         extra = {"minutes_asked": minutes, "rules": str(rules) if rules else None}
@@ -190,6 +214,7 @@ def enroll(
             station_model=station_model,
             slow=slow_range,
             persist=not no_median_range,
+            bearing=bearing,
         )
         path = store.save(fitted.enrolment)
     except RtgateError as e:

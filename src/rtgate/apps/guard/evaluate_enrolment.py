@@ -51,6 +51,7 @@ from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.enrol import Recording, Source, fit
 from rtgate.apps.guard.evaluate import roc_auc
 from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE, WindowFeatures
+from rtgate.apps.guard.orders import BearingOrders
 from rtgate.apps.guard.rhythm import Rhythm
 from rtgate.apps.guard.rules import Rule, RuleEngine, Rules
 from rtgate.apps.guard.simulate import FAULTS, Bearing, Clip, Motor, draw_motor, make_clip
@@ -210,12 +211,16 @@ def _features(
 
 
 def _enrol_all(
-    fleet: _Fleet, model: str | Path | None, station_model: bool = False
+    fleet: _Fleet,
+    model: str | Path | None,
+    station_model: bool = False,
+    bearings: Sequence[BearingOrders] | None = None,
 ) -> list[tuple[Enrolment, list[str]]]:
     """Each station fitted on its enrolment part, stops accepted (the refusal is read from
     the warnings), with its slow range (format /5: the ways without the slow clause decide
     as with /3); the scores come from one batched detector. ``station_model``: each with
-    its own model too (``station_model.py``)."""
+    its own model too (``station_model.py``); ``bearings``: each station's bearing orders
+    (format /10, ``orders.py``)."""
     n, wf = len(fleet.clips), WindowFeatures()
     det = Detector(model, n_streams=n)
     feats, rhythm, envs = _features(wf, fleet.clips, 0, fleet.enrol_w)
@@ -228,7 +233,8 @@ def _enrol_all(
     for i, clip in enumerate(fleet.clips):
         x = clip.audio[: fleet.enrol_w * HOP].astype(np.float64)
         src = Source(f"station{i}", "simulated", RATE, seconds=fleet.enrol_w * HOP / RATE)
-        audio = clip.audio[: fleet.enrol_w * HOP] if station_model else None
+        keep = station_model or bearings is not None
+        audio = clip.audio[: fleet.enrol_w * HOP] if keep else None
         rec = Recording(
             feats[i],
             scores[i],
@@ -240,7 +246,15 @@ def _enrol_all(
             audio,
             envs[i],
         )
-        fitted = fit(f"s{i:03d}", rec, accept_stops=True, station_model=station_model, slow=True)
+        bearing = None if bearings is None else bearings[i]
+        fitted = fit(
+            f"s{i:03d}",
+            rec,
+            accept_stops=True,
+            station_model=station_model,
+            slow=True,
+            bearing=bearing,
+        )
         out.append((fitted.enrolment, fitted.warnings))
     return out
 
@@ -272,8 +286,13 @@ def _run(
         [r.slow for r in per],
         [r.persist for r in per],
         [r.lines for r in per],
+        [r.orders for r in per],
     )
     lined = np.zeros(n, dtype=bool)
+    audio = None  # the scored part's windows, for the stations with known bearing orders
+    if (base.orders_margin > 0).any():
+        a, b = fleet.enrol_w * HOP, (fleet.enrol_w + fleet.score_w) * HOP
+        audio = np.stack([c.audio[a:b] for c in fleet.clips]).reshape(n, fleet.score_w, HOP)
     eng = RuleEngine(rules, names, [e is not None for e in enrolments])
     seen = np.zeros((n, fleet.score_w), np.float32)
     stops = []
@@ -285,7 +304,7 @@ def _run(
             novel = hit if novel is None else novel | hit
         if envelopes is not None and base.lines_clause:
             novel = lined if novel is None else novel | lined
-            lined = base.step_lines(envelopes[:, t])
+            lined = base.step_lines(envelopes[:, t], None, None if audio is None else audio[:, t])
         seen[:, t] = s
         ends = (t + 1) * HOP / RATE
         stops += [(d.index, d.window_end_ts) for d in eng.feed(s, ends, None, novel)]

@@ -58,6 +58,7 @@ from rtgate.apps.guard.evaluate_enrolment import (
     _ways,
 )
 from rtgate.apps.guard.features import HOP, RATE, WindowFeatures
+from rtgate.apps.guard.orders import BearingOrders
 from rtgate.apps.guard.outside import (
     FAMILIES,
     SEED,
@@ -67,11 +68,13 @@ from rtgate.apps.guard.outside import (
     make_stations,
 )
 from rtgate.apps.guard.rules import Rule, Rules
+from rtgate.apps.guard.simulate import FAULTS
 from rtgate.core.errors import InvalidRequest
 
-__all__ = ["STRONG_DB", "enrolled_on_day", "evaluate_outside"]
+__all__ = ["STRONG_DB", "bearing_of", "enrolled_on_day", "evaluate_outside"]
 
 STRONG_DB = -12.0  # the delay goal is for faults at this level and louder
+SPEED_RANGE = (0.9, 1.4)  # x the nominal shaft speed: the range a user gives (known orders)
 
 
 def _groups(stations: list[Station]) -> dict[str, np.ndarray]:
@@ -180,6 +183,15 @@ def enrolled_on_day(station: Station, day: int, enrol_n: int) -> Station:
     return replace(station, audio=audio)
 
 
+def bearing_of(station: Station) -> BearingOrders:
+    """What a user would give for an outside station: its bearing's defect orders (the
+    simulator's geometry, as a catalogue prints it) and 0.9-1.4 x its nominal shaft speed
+    (a drive's range)."""
+    m = station.machine
+    orders = tuple(m.bearing.defect_hz(f, 1.0) for f in FAULTS)
+    return BearingOrders(orders, m.shaft_hz * SPEED_RANGE[0], m.shaft_hz * SPEED_RANGE[1])
+
+
 def evaluate_outside(
     model: str | Path | None = None,
     n_stations: int = 100,
@@ -192,12 +204,18 @@ def evaluate_outside(
     log: Any = None,
     station_model: bool = False,
     enrol_day: int = 0,
+    known_orders: bool = False,
 ) -> dict[str, Any]:
     """The report described in the module doc. ``station_model``: fit each station's own
     model too (``station_model.py``) and add the ways ``enrolled_station_model`` and
     ``enrolled_accepting_stops_station_model``. ``enrol_day``: enrol each station on another
     day's healthy recording of its machine (``outside.make_station``'s ``day``) instead of
-    the first part of the recording that is scored (0)."""
+    the first part of the recording that is scored (0). ``known_orders``: enrol each station
+    with its bearing's defect orders and 0.9-1.4 x its nominal shaft speed
+    (:func:`bearing_of`, format /10); the ways then decide with them (the rules' default
+    ``orders``; ``enrolled_accepting_stops_no_lines`` is then the orders without the
+    every-rate lines), and ``enrolled_accepting_stops_no_orders`` (the same enrolments, the
+    orders off: the decision as it was) is added."""
     if n_stations < 10 or enrol_s < 30 or score_s < 6:
         raise InvalidRequest("need >= 10 stations, enrol_s >= 30 and score_s >= 6")
     if baseline not in (None, "dcase2020"):
@@ -209,7 +227,8 @@ def evaluate_outside(
     if enrol_day:
         stations = [enrolled_on_day(s, enrol_day, enrol_w * HOP) for s in stations]
     fleet = _Fleet(stations, [",".join(s.machine.backgrounds) for s in stations], enrol_w, score_w)
-    own = [e for e, _ in _enrol_all(fleet, model, station_model)]
+    bearings = [bearing_of(s) for s in stations] if known_orders else None
+    own = [e for e, _ in _enrol_all(fleet, model, station_model, bearings)]
     fitted = [replace(e, station_model=None) for e in own]  # the same numbers without it
     accepted = [None if e.general.get("stops") else e for e in fitted]
     feats, rhythm, envs = _features(WindowFeatures(), stations, enrol_w, enrol_w + score_w)
@@ -223,11 +242,14 @@ def evaluate_outside(
         "enrol_s": enrol_s,
         "score_s": score_s,
         "enrol_day": enrol_day,
+        "known_orders": known_orders,
         "fault_rms_db": [-22.0, -6.0],
         "refused_by_enroll": sum(1 for e in accepted if e is None),
     }
     ways = _ways(n_stations, accepted, fitted)
     ways["enrolled_accepting_stops_rhythm"] = (list(fitted), Rules(Rule(rhythm=RHYTHM_MARGIN)))
+    if known_orders:  # the decision without them, beside; ..._no_lines is the orders alone
+        ways["enrolled_accepting_stops_no_orders"] = (list(fitted), Rules(Rule(orders=0)))
     if station_model:
         ways["enrolled_station_model"] = (
             [None if e.general.get("stops") else e for e in own],

@@ -56,6 +56,10 @@ The stations take turns (station ``i`` is evaluated when its window count is ``i
 are published (``pipeline.py``): the clause adds stops seconds after a faint onset and never
 delays a window's end -> stop. It only adds hits, and only on enrolled stations (format /7,
 /8 with the mean, /9 with tops for a held comb).
+
+A station enrolled with its bearing's defect orders (format /10) is also watched at those
+orders alone, the shaft speed read from the same 1.28 s of its sound (``orders.py``): each
+evaluation's statistic is then the larger of the two clauses' over their own bars.
 """
 
 from __future__ import annotations
@@ -68,6 +72,14 @@ import numpy as np
 import numpy.typing as npt
 
 from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE
+from rtgate.apps.guard.orders import (
+    ORDERS_MARGIN,
+    BearingOrders,
+    OrdersProfile,
+    fitted_top,
+    known_combs,
+    segment_speed,
+)
 from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = [
@@ -155,7 +167,11 @@ def combs(spectra: npt.ArrayLike, reference: npt.ArrayLike) -> F32:
     """Every candidate rate's comb of new lines of ``spectra`` ``(..., bands, bins)`` over
     ``reference`` (broadcast): ``(..., bands, rates)``, the rates from ``F_MIN_HZ`` to
     ``F_MAX_HZ`` one bin apart."""
-    best = new_lines(spectra, reference)
+    return _comb_sums(new_lines(spectra, reference))
+
+
+def _comb_sums(best: F32) -> F32:
+    """:func:`combs` of new lines already taken."""
     acc = best[..., _GRID.harmonics[0]].copy()
     for idx in _GRID.harmonics[1:]:
         acc += best[..., idx]
@@ -258,6 +274,7 @@ class LinesProfile:
     mean_top: float = 0.0
     mean_segments: int = 0
     hold: int = 1
+    orders: OrdersProfile | None = None
 
     def __post_init__(self) -> None:
         _check(self.reference, self.top, self.segments, "")
@@ -268,6 +285,11 @@ class LinesProfile:
                 f"the envelope lines' tops are for a comb held over {self.hold!r} evaluations; "
                 f"this version uses 1 or {HOLD}: enrol the station again"
             )
+        if self.orders is not None and self.hold != HOLD:
+            raise ConfigError(f"known orders come with tops held over {HOLD} evaluations")
+        if self.orders is not None and self.orders.mean_top is not None:
+            if self.mean_reference is None:
+                raise ConfigError("the known orders' mean top comes with the lines' mean")
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -286,6 +308,8 @@ class LinesProfile:
                 "top": round(float(self.mean_top), 4),
                 "reference": _rounded(self.mean_reference),
             }
+        if self.orders is not None:
+            out["orders"] = self.orders.record()
         return out
 
     @classmethod
@@ -310,8 +334,12 @@ class LinesProfile:
             hold = data.get("hold", 1)
             if isinstance(hold, bool) or not isinstance(hold, int):
                 raise ConfigError(f"the envelope lines' hold must be an integer, got {hold!r}")
+            orders = data.get("orders")
+            known = None
+            if orders is not None:
+                known = OrdersProfile.from_record(orders, len(CREST_BANDS), where)
             if mean is None:
-                return cls(ref, float(data["top"]), int(data["segments"]), hold=hold)
+                return cls(ref, float(data["top"]), int(data["segments"]), hold=hold, orders=known)
             return cls(
                 ref,
                 float(data["top"]),
@@ -320,6 +348,7 @@ class LinesProfile:
                 float(mean["top"]),
                 int(mean["segments"]),
                 hold,
+                known,
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ConfigError):
@@ -328,11 +357,15 @@ class LinesProfile:
 
 
 def lines_profile(
-    envelopes: npt.ArrayLike, spans: Sequence[tuple[int, int]]
+    envelopes: npt.ArrayLike,
+    spans: Sequence[tuple[int, int]],
+    audio: npt.ArrayLike | None = None,
+    bearing: BearingOrders | None = None,
 ) -> LinesProfile | None:
     """The profile of a healthy recording's envelopes ``(windows, bands, N_SUB)`` whose
     ``spans`` are its sources' windows ``[a, b)``; None when they give under
-    ``MIN_SEGMENTS`` segments."""
+    ``MIN_SEGMENTS`` segments. With ``bearing``, the known orders' tops too
+    (``orders.py``), the speed read from ``audio`` (the same windows at ``RATE``)."""
     env = np.asarray(envelopes, np.float32)
     if env.ndim != 3 or env.shape[1:] != (len(CREST_BANDS), N_SUB):
         raise InvalidRequest(f"envelopes must be (windows, {len(CREST_BANDS)}, {N_SUB})")
@@ -343,11 +376,66 @@ def lines_profile(
         return None
     reference, top = _fit(runs)
     means = [averaged(r) for r in runs]
+    speeds = None if bearing is None else _speeds(audio, len(env), spans, bearing)
     if sum(len(m) for m in means) < MIN_SEGMENTS:  # too short for the mean: segments only
-        return LinesProfile(reference, top, len(spectra), hold=HOLD)
+        known = None
+        if bearing is not None and speeds is not None:
+            known = _orders_fit(runs, reference, speeds, bearing, None)
+        return LinesProfile(reference, top, len(spectra), hold=HOLD, orders=known)
     mean_reference, mean_top = _fit(means)
     n_means = sum(len(m) for m in means)
-    return LinesProfile(reference, top, len(spectra), mean_reference, mean_top, n_means, HOLD)
+    known = None
+    if bearing is not None and speeds is not None:
+        known = _orders_fit(runs, reference, speeds, bearing, (means, mean_reference))
+    return LinesProfile(
+        reference, top, len(spectra), mean_reference, mean_top, n_means, HOLD, known
+    )
+
+
+def _speeds(
+    audio: npt.ArrayLike | None,
+    windows: int,
+    spans: Sequence[tuple[int, int]],
+    bearing: BearingOrders,
+) -> list[list[float]]:
+    """The shaft speed at each evaluation of each span, from the recording's ``audio``."""
+    if audio is None:
+        raise InvalidRequest("known orders need the recording's audio (listen keep_audio)")
+    x = np.asarray(audio, np.float32).reshape(-1)
+    if len(x) < windows * HOP:
+        raise InvalidRequest(f"known orders need {windows * HOP} samples of audio, got {len(x)}")
+    return [
+        [segment_speed(x[(end - WINDOWS) * HOP : end * HOP], RATE, bearing)
+         for end in range(a + WINDOWS, b + 1, STEP)]
+        for a, b in spans
+    ]  # fmt: skip
+
+
+def _orders_fit(
+    runs: Sequence[F32],
+    reference: F32,
+    speeds: Sequence[Sequence[float]],
+    bearing: BearingOrders,
+    mean: tuple[Sequence[F32], F32] | None,
+) -> OrdersProfile | None:
+    """The known orders' tops of healthy spectra (one array per run), the mean's too when
+    ``mean`` (the runs' means and their reference) is given; None when no run holds."""
+    top = fitted_top([new_lines(r, reference) for r in runs], speeds, bearing, HOLD)
+    if top is None:
+        return None
+    if mean is None:
+        return OrdersProfile(bearing, top)
+    means, mean_reference = mean
+    skip = _SPAN - 1  # the mean's first evaluation is the run's _SPAN-th: its speed
+    mean_top = fitted_top(
+        [new_lines(m, mean_reference) for m in means],
+        [list(sp)[skip:] for sp in speeds],
+        bearing,
+        HOLD,
+    )
+    if mean_top is None:
+        return OrdersProfile(bearing, top)
+    return OrdersProfile(bearing, top, mean_top)
 
 
 def _fit(runs: Sequence[F32]) -> tuple[F32, float]:
@@ -366,11 +454,15 @@ class Lines:
     """The clause of the module doc for ``n_streams`` stations, one window at a time.
 
     ``profiles``: per station its :class:`LinesProfile` (None: never evaluated),
-    ``margins`` the rule's margin (0: off) and ``means`` which stations use the mean too
-    (default: every one whose profile has it). :meth:`step` takes each station's newest
-    window's envelopes ``(N, bands, N_SUB)`` and returns which stations' next window is a
-    hit. ``last`` holds each station's latest statistic over its bar (``stat - top -
-    margin``, the larger of the segment's and the mean's; -inf before its first evaluation).
+    ``margins`` the rule's margin for the comb at every rate (0: off), ``means`` which
+    stations use the mean for it too (default: every one whose profile has it), and
+    ``orders_margins`` the rule's margin for the comb at the station's known bearing orders
+    (``orders.py``; default ``ORDERS_MARGIN``, 0: off; only profiles that have them, with
+    their mean whenever the profile has it). :meth:`step` takes each station's newest
+    window's envelopes ``(N, bands, N_SUB)`` (and its audio ``(N, HOP)``, needed when a
+    station has known orders) and returns which stations' next window is a hit. ``last``
+    holds each station's latest statistic over its bar (``stat - top - margin``, the
+    largest of its clauses'; -inf before its first evaluation).
     """
 
     def __init__(
@@ -378,6 +470,7 @@ class Lines:
         profiles: Sequence[LinesProfile | None],
         margins: Sequence[float] | npt.ArrayLike | None = None,
         means: Sequence[bool] | npt.ArrayLike | None = None,
+        orders_margins: Sequence[float] | npt.ArrayLike | None = None,
     ) -> None:
         n = len(profiles)
         use_mean = np.ones(n, dtype=bool) if means is None else np.asarray(means, dtype=bool)
@@ -386,33 +479,57 @@ class Lines:
         m = np.full(n, LINES_MARGIN, np.float32) if margins is None else np.asarray(margins)
         if m.shape != (n,):
             raise InvalidRequest(f"{len(m)} lines margins for {n} stations")
+        om = (
+            np.full(n, ORDERS_MARGIN, np.float32)
+            if orders_margins is None
+            else np.asarray(orders_margins, np.float32)
+        )
+        if om.shape != (n,):
+            raise InvalidRequest(f"{len(om)} known orders' margins for {n} stations")
         self.n_streams = n
         nb = len(CREST_BANDS)
-        self.active = np.array(
+        every = np.array(
             [p is not None and float(mi) > 0 for p, mi in zip(profiles, m.tolist(), strict=True)],
             dtype=bool,
         )
+        self.known = np.array(
+            [p is not None and p.orders is not None and float(o) > 0
+             for p, o in zip(profiles, om.tolist(), strict=True)],
+            dtype=bool,
+        )  # fmt: skip
+        self.active = every | self.known
         self.bar = np.full(n, np.inf, np.float32)
         self.mean_bar = np.full(n, np.inf, np.float32)
         self._reference = np.zeros((n, nb, _GRID.bins), np.float32)
-        mean_refs: list[F32] = []  # by slot (below)
-        for i, p in enumerate(profiles):
-            if p is not None and self.active[i]:
-                self.bar[i] = p.top + float(m[i])
-                self._reference[i] = p.reference
-                if p.mean_reference is not None and use_mean[i]:
-                    self.mean_bar[i] = p.mean_top + float(m[i])
-                    mean_refs.append(p.mean_reference)
         self._ring = np.zeros((n, WINDOWS, nb, N_SUB), np.float32)
-        # the spectra of the last _SPAN evaluations of each station that uses the mean (its
-        # slot; -1: none), a ring by evaluation count; written once here, so the pages are
-        # the process's before the first tick (160 KB a station)
-        meaned = np.isfinite(self.mean_bar)
-        self._slot = np.where(meaned, np.cumsum(meaned) - 1, -1)
+        # the stations whose spectra are kept for a mean: every-rate (``mean_bar``) or at
+        # the known orders (a mean top); ``_slot`` their row in the ring below (-1: none)
+        kept = np.zeros(n, dtype=bool)
+        mean_refs: list[F32] = []
+        for i, p in enumerate(profiles):
+            if p is None or not self.active[i]:
+                continue
+            self._reference[i] = p.reference
+            if every[i]:
+                self.bar[i] = p.top + float(m[i])
+            if p.mean_reference is None:
+                continue
+            if every[i] and use_mean[i]:
+                self.mean_bar[i] = p.mean_top + float(m[i])
+            o = p.orders
+            kept[i] = np.isfinite(self.mean_bar[i]) or (
+                self.known[i] and o is not None and o.mean_top is not None
+            )
+            if kept[i]:
+                mean_refs.append(p.mean_reference)
+        # the spectra of the last _SPAN evaluations of each kept station, a ring by
+        # evaluation count; written once here, so the pages are the process's before the
+        # first tick (160 KB a station)
+        self._slot = np.where(kept, np.cumsum(kept) - 1, -1)
         self._mean_reference = np.zeros((len(mean_refs), nb, _GRID.bins), np.float32)
         for k, ref in enumerate(mean_refs):
             self._mean_reference[k] = ref
-        self._spectra = np.empty((int(meaned.sum()), _SPAN, nb, _GRID.bins), np.float32)
+        self._spectra = np.empty((len(mean_refs), _SPAN, nb, _GRID.bins), np.float32)
         self._spectra.fill(0.0)
         # each station's combs of its last HOLD - 1 evaluations (and of its means'), a ring
         # by evaluation count, for the held statistic; a profile of format /7 or /8 decides
@@ -424,12 +541,14 @@ class Lines:
         self._combs.fill(0.0)
         self._mean_combs = np.empty((len(mean_refs), max(HOLD - 1, 1), nb, rates), np.float32)
         self._mean_combs.fill(0.0)
+        self._orders = _Known(profiles, self.known, om)
         self._evals = np.zeros(n, np.int64)
         self._heard = np.zeros(n, np.int64)
         self._phase = np.arange(n) % STEP
         self._run = np.zeros(n, np.int64)
         self.hot = np.zeros(n, dtype=bool)
         self.last = np.full(n, -np.inf, np.float32)
+        self.speed = np.full(n, np.nan, np.float32)  # the last shaft speed read (known orders)
 
     def reset(self, stream: int | None = None) -> None:
         """Forget one station's envelopes (or every station's): a new recording."""
@@ -439,17 +558,23 @@ class Lines:
         self._run[sel] = 0
         self.hot[sel] = False
         self.last[sel] = -np.inf
+        self.speed[sel] = np.nan
 
     def step(
-        self, envelope: npt.ArrayLike, rows: npt.ArrayLike | None = None
+        self,
+        envelope: npt.ArrayLike,
+        rows: npt.ArrayLike | None = None,
+        audio: npt.ArrayLike | None = None,
     ) -> npt.NDArray[np.bool_]:
         """Add each station's newest window (``rows``: which stations, default all, in
-        order); returns whether each of them is hot (a hit for its next window)."""
+        order; ``audio`` their windows, for the known orders' speed); returns whether each
+        of them is hot (a hit for its next window)."""
         e = np.asarray(envelope, np.float32)
         idx = np.arange(self.n_streams) if rows is None else np.asarray(rows, np.int64)
         if e.shape != (len(idx), len(CREST_BANDS), N_SUB):
             raise InvalidRequest(f"envelope must be ({len(idx)}, {len(CREST_BANDS)}, {N_SUB})")
         heard = self._heard[idx]
+        self._orders.keep(idx, heard % WINDOWS, audio)
         self._ring[idx, heard % WINDOWS] = e
         heard = heard + 1
         self._heard[idx] = heard
@@ -457,19 +582,21 @@ class Lines:
         rows_due = idx[due]
         if len(rows_due):
             start = heard[due] % WINDOWS  # each ring's oldest window
-            if (start == start[0]).all():  # stations stepped together: one slice each side
-                s0 = int(start[0])
-                ring = self._ring[rows_due]
-                seg = np.concatenate((ring[:, s0:], ring[:, :s0]), axis=1)
-            else:
-                order = (start[:, None] + np.arange(WINDOWS)) % WINDOWS
-                seg = np.take_along_axis(self._ring[rows_due], order[:, :, None, None], axis=1)
+            seg = _oldest_first(self._ring[rows_due], start)
             seg = seg.transpose(0, 2, 1, 3).reshape(len(rows_due), len(CREST_BANDS), _T)
             spectra = log_spectra(seg)
             evals, slot = self._evals[rows_due], self._slot[rows_due]
-            acc = combs(spectra, self._reference[rows_due])
+            new = new_lines(spectra, self._reference[rows_due])
             holds = self._hold[rows_due]
-            over = _held_step(acc, self._combs, rows_due, evals, holds) - self.bar[rows_due]
+            over = _held_step(_comb_sums(new), self._combs, rows_due, evals, holds)
+            over -= self.bar[rows_due]
+            speeds = self._orders.speeds(rows_due, start)
+            self.speed[rows_due] = np.where(np.isnan(speeds), self.speed[rows_due], speeds)
+            known = ~np.isnan(speeds)
+            if known.any():
+                by_orders = self._orders.over(rows_due[known], new[known], speeds[known],
+                                              evals[known], mean=False)  # fmt: skip
+                over[known] = np.maximum(over[known], by_orders)
             kept = slot >= 0
             self._spectra[slot[kept], evals[kept] % _SPAN] = spectra[kept]
             self._evals[rows_due] = evals + 1
@@ -480,14 +607,112 @@ class Lines:
                 for k in range(1, AVERAGE):
                     mean += self._spectra[slots, (newest - k * _APART) % _SPAN]
                 mean *= np.float32(1.0 / AVERAGE)
-                macc = combs(mean, self._mean_reference[slots])
-                by_mean = _held_step(macc, self._mean_combs, slots, newest + 1 - _SPAN, holds[full])
-                over[full] = np.maximum(over[full], by_mean - self.mean_bar[rows_full])
+                mnew = new_lines(mean, self._mean_reference[slots])
+                macc = _comb_sums(mnew)
+                count = newest + 1 - _SPAN
+                by_mean = _held_step(macc, self._mean_combs, slots, count, holds[full])
+                by_mean -= self.mean_bar[rows_full]
+                mk = known[full] & self._orders.meaned[rows_full]
+                if mk.any():
+                    by_known = self._orders.over(rows_full[mk], mnew[mk], speeds[full][mk],
+                                                 count[mk], mean=True)  # fmt: skip
+                    by_mean[mk] = np.maximum(by_mean[mk], by_known)
+                over[full] = np.maximum(over[full], by_mean)
             self.last[rows_due] = over
             run = np.where(over >= 0, self._run[rows_due] + 1, 0)
             self._run[rows_due] = run
             self.hot[rows_due] = run >= CONSECUTIVE
         out: npt.NDArray[np.bool_] = self.hot[idx].copy()
+        return out
+
+
+def _oldest_first(ring: F32, start: npt.NDArray[np.int64]) -> F32:
+    """Each row's ring ``(rows, WINDOWS, ...)`` rolled so its oldest window (``start``)
+    comes first."""
+    if (start == start[0]).all():  # stations stepped together: one slice each side
+        s0 = int(start[0])
+        out: F32 = np.concatenate((ring[:, s0:], ring[:, :s0]), axis=1)
+        return out
+    order = (start[:, None] + np.arange(ring.shape[1])) % ring.shape[1]
+    shape = (len(start), ring.shape[1]) + (1,) * (ring.ndim - 2)
+    out = np.take_along_axis(ring, order.reshape(shape), axis=1)
+    return out
+
+
+class _Known:
+    """The stations' known orders (``orders.py``) inside :class:`Lines`: each one's last
+    ``WINDOWS`` windows of audio, its bars per band and the held statistics' rings."""
+
+    def __init__(
+        self,
+        profiles: Sequence[LinesProfile | None],
+        known: npt.NDArray[np.bool_],
+        margins: npt.NDArray[np.float32],
+    ) -> None:
+        n, nb = len(profiles), len(CREST_BANDS)
+        self.slot = np.where(known, np.cumsum(known) - 1, -1)
+        k = int(known.sum())
+        self.bearings: list[BearingOrders] = []
+        self.bar = np.full((k, nb), np.inf, np.float32)
+        self.mean_bar = np.full((k, nb), np.inf, np.float32)
+        self.meaned = np.zeros(n, dtype=bool)
+        for i, p in enumerate(profiles):
+            if not known[i] or p is None or p.orders is None:
+                continue
+            o, s = p.orders, int(self.slot[i])
+            self.bearings.append(o.bearing)
+            self.bar[s] = o.top + margins[i]
+            if o.mean_top is not None:
+                self.mean_bar[s] = o.mean_top + margins[i]
+                self.meaned[i] = True
+        # written once here, as the rings of Lines (80 KB of audio a station)
+        self.audio = np.zeros((k, WINDOWS, HOP), np.float32)
+        self.audio.fill(0.0)
+        self.held = np.zeros((k, max(HOLD - 1, 1), nb), np.float32)
+        self.mean_held = np.zeros((k, max(HOLD - 1, 1), nb), np.float32)
+
+    def keep(
+        self, idx: npt.NDArray[np.int64], pos: npt.NDArray[np.int64], audio: npt.ArrayLike | None
+    ) -> None:
+        """Write the stations' newest window of audio at ring position ``pos``."""
+        s = self.slot[idx]
+        mine = s >= 0
+        if not mine.any():
+            return
+        if audio is None:
+            raise InvalidRequest("stations with known bearing orders need their windows' audio")
+        a = np.asarray(audio, np.float32)
+        if a.shape != (len(idx), HOP):
+            raise InvalidRequest(f"audio must be ({len(idx)}, {HOP}), got {a.shape}")
+        self.audio[s[mine], pos[mine]] = a[mine]
+
+    def speeds(self, rows: npt.NDArray[np.int64], start: npt.NDArray[np.int64]) -> F32:
+        """The shaft speed over each row's last ``WINDOWS`` windows (NaN: no known orders)."""
+        out = np.full(len(rows), np.nan, np.float32)
+        s = self.slot[rows]
+        mine = np.flatnonzero(s >= 0)
+        if not len(mine):
+            return out
+        seg = _oldest_first(self.audio[s[mine]], start[mine]).reshape(len(mine), -1)
+        for j, r in enumerate(mine):
+            out[r] = segment_speed(seg[j], RATE, self.bearings[int(s[r])])
+        return out
+
+    def over(self, rows: npt.NDArray[np.int64], new: F32, speeds: F32,
+             count: npt.NDArray[np.int64], *, mean: bool) -> F32:  # fmt: skip
+        """The rows' held statistic at their known orders over their bars (the largest
+        band's; -inf before the ``HOLD``-th evaluation): ``new`` their new lines, ``count``
+        which evaluation this is (from 0) of the segment's or (``mean``) the mean's."""
+        s = self.slot[rows]
+        stat = known_combs(new, speeds.tolist(), [self.bearings[int(k)].orders for k in s])
+        ring = self.mean_held if mean else self.held
+        cur = stat.copy()
+        for j in range(1, HOLD):
+            np.minimum(cur, ring[s, (count - j) % (HOLD - 1)], out=cur)
+        ring[s, count % (HOLD - 1)] = stat
+        bar = self.mean_bar if mean else self.bar
+        out: F32 = (cur - bar[s]).max(axis=1)
+        out[count + 1 < HOLD] = -np.inf
         return out
 
 

@@ -89,8 +89,9 @@ class Guard:
         slow = [self.rules.for_station(s).slow for s in self.stations]
         persist = [self.rules.for_station(s).persist for s in self.stations]
         lines = [self.rules.for_station(s).lines for s in self.stations]
+        orders = [self.rules.for_station(s).orders for s in self.stations]
         self.baselines = Baselines(
-            enrolments or [None] * n, novelty, rhythm, thresholds, slow, persist, lines
+            enrolments or [None] * n, novelty, rhythm, thresholds, slow, persist, lines, orders
         )
         # the envelope's rhythm and lines, only when some station's rule and enrolment use them
         self.rhythm = Rhythm(n) if self.baselines.rhythm_clause else None
@@ -209,8 +210,16 @@ class Guard:
             own_slow = bool(np.isfinite(base.slow_threshold[d.index]))
             own_persist = bool(np.isfinite(base.persist_threshold[d.index]))
             own_lines = bool(base.lines_margin[d.index] > 0)
+            own_orders = bool(base.orders_margin[d.index] > 0)
             rule = d.rule.describe(
-                d.instant, d.novel, own_rhythm, own_model, own_slow, own_persist, own_lines
+                d.instant,
+                d.novel,
+                own_rhythm,
+                own_model,
+                own_slow,
+                own_persist,
+                own_lines,
+                own_orders,
             )
             msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, rule)
             ev = StopEvent(msg, self.topics[d.index], d.index, np.zeros(0, np.float32), now)
@@ -230,7 +239,7 @@ class Guard:
             self.rhythm_s = time.perf_counter() - t3
         if self.lines is not None and env is not None:  # a sixteenth of the stations a tick
             t4 = time.perf_counter()
-            self._lined[idx] = base.step_lines(env, None if every else idx)
+            self._lined[idx] = base.step_lines(env, None if every else idx, w)
             self.lines_s = time.perf_counter() - t4
         stops = [replace(ev, clip=self.clip(ev.index)) for ev in stops]
         if self.on_stop is not None:

@@ -12,6 +12,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     slow = 0.0                    # enrolled stations (format /5): a slow rise this far is a hit
     persist = 6.0                 # enrolled stations (format /6): a steady rise this far (0: off)
     lines = 0.5                   # enrolled stations (format /7-/9): new envelope lines (0: off)
+    orders = 0.5                  # enrolled with its bearing's orders (/10): a comb there (0: off)
     cooldown_s = 10.0             # no second stop from a station within this time
     topic = "rtgate/guard/{station}/stop"
 
@@ -56,6 +57,7 @@ _FIELDS = {
     "slow",
     "persist",
     "lines",
+    "orders",
     "cooldown_s",
     "topic",
     "name",
@@ -127,6 +129,14 @@ class Rule:
     On by default at ``lines.LINES_MARGIN`` (chosen on validation seeds, docs/guard.md
     Session 24), twice it (``baseline.LINES_HEARING``) on a station whose detector is not
     deaf there; files of formats /1-/6 decide as before it.
+
+    ``orders``: for a station enrolled with its bearing's defect orders and its shaft's
+    range (format /10, ``guard enroll --orders … --shaft-hz …``), a window is a hit as well
+    when the envelope's comb at those orders times the shaft speed read from the sound
+    rises this margin over the highest the healthy recording reached (``orders.py``); 0
+    turns it off. On by default at ``orders.ORDERS_MARGIN`` (docs/guard.md, Session 35).
+    Where it watches, the ``lines`` clause is a backstop (a wrong bearing given makes the
+    orders deaf) at ``orders.BACKSTOP`` times its margin.
     """
 
     threshold: float = 0.92
@@ -139,6 +149,7 @@ class Rule:
     slow: float = 0.0
     persist: float = 6.0  # baseline.PERSIST_BAR
     lines: float = 0.5  # lines.LINES_MARGIN
+    orders: float = 0.5  # orders.ORDERS_MARGIN
     cooldown_s: float = 10.0
     topic: str = "rtgate/guard/{station}/stop"
     name: str = "default"
@@ -171,6 +182,9 @@ class Rule:
         li = self.lines
         if not (isinstance(li, int | float) and 0.0 <= li <= 20.0):
             raise ConfigError(f"lines must be 0 (off) or a margin in (0, 20], got {li!r}")
+        od = self.orders
+        if not (isinstance(od, int | float) and 0.0 <= od <= 20.0):
+            raise ConfigError(f"orders must be 0 (off) or a margin in (0, 20], got {od!r}")
         cd = self.cooldown_s
         if not (isinstance(cd, int | float) and math.isfinite(cd) and cd >= 0):
             raise ConfigError(f"cooldown_s must be a finite number >= 0, got {cd!r}")
@@ -194,13 +208,14 @@ class Rule:
         slow: bool = False,
         persist: bool = False,
         lines: bool = False,
+        orders: bool = False,
     ) -> str:
         """The rule (its k-of-n clause, or with ``instant`` its one-window clause) as it
         appears in a stop message; with ``novel``, the k-of-n clause with the station's own
         hits: novelty (when the rule has it), with ``rhythm`` (the station's enrolment
         measured its rhythm) the rhythm, with ``own`` its own model (format /4), and with
         ``slow`` its slow range (format /5), with ``persist`` its median's range (/6), with
-        ``lines`` its envelope lines (/7)."""
+        ``lines`` its envelope lines (/7), with ``orders`` its bearing's orders (/10)."""
         if instant:
             return f"{self.name}: score>={self.instant_at:g} in 1 window"
         hit = f"score>={self.threshold:g}"
@@ -216,6 +231,8 @@ class Rule:
             hit += f" or median>={self.persist:g}x own max"
         if novel and lines and self.lines:
             hit += f" or new envelope lines>=own max+{self.lines:g}"
+        if novel and orders and self.orders:
+            hit += f" or a comb at its bearing's orders>=own max+{self.orders:g}"
         return f"{self.name}: {hit} in {self.k} of {self.n} windows"
 
     def topic_for(self, station: str) -> str:

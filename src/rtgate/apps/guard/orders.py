@@ -1,0 +1,239 @@
+"""A station's known bearing: the envelope comb at its defect orders (#18, session 35).
+
+The lines clause (``lines.py``) looks for a new comb at every rate from 15 to 260 Hz, some
+900 candidates in three bands, and a station's healthy top is the highest of them all: a
+faint comb has to beat the luckiest of 900 noises. A rolling bearing strikes only at its
+defect *orders* (BPFO, BPFI, 2 x BSF per shaft revolution: its maker's catalogue prints
+them; condition-monitoring systems ask for them when a measuring point is set up) times the
+shaft speed. A station enrolled with its orders and its shaft's range
+(``guard enroll --orders 3.58,5.42,4.70 --shaft-hz 24-34``) looks there alone:
+
+- at each of its evaluations (``lines.STEP`` windows apart), the shaft speed is read from
+  the same 1.28 s of its sound (``speed.shaft_hz`` within the range given);
+- for each order, the best rate within :data:`TOL` of order x speed; its comb is the mean
+  of its first :data:`HARMONICS` harmonics' new lines over the enrolled reference (the lines
+  clause's ``new_lines``; a harmonic past the spectrum's end does not count); per band, the
+  best order's;
+- per band, held at its least over ``lines.HOLD`` evaluations (the rate moves with the read
+  speed, so the hold is per band, not per rate);
+- the same on the mean of four segments (5.12 s), as the lines clause does;
+- over the enrolled top (per band, the highest held statistic of the healthy recording) plus
+  the rule's ``orders`` margin (:data:`ORDERS_MARGIN`), on ``lines.CONSECUTIVE``
+  evaluations in a row: a hit.
+
+The margin was picked on four validation seeds of the outside set, each enrolled on the
+scored recording and on another day's, through the whole decision (docs/guard.md, Session
+35). The every-rate clause stays beside it as a backstop, at :data:`BACKSTOP` times its
+margin (where it stopped no healthy station on those seeds that the orders did not): a wrong
+bearing typed in makes this clause deaf, not noisy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from rtgate.apps.guard.speed import HARMONICS as SPEED_HARMONICS
+from rtgate.apps.guard.speed import TOP_HZ, low_band, shaft_hz
+from rtgate.core.errors import ConfigError, InvalidRequest
+
+__all__ = [
+    "HARMONICS",
+    "MAX_ORDERS",
+    "ORDERS_MARGIN",
+    "TOL",
+    "BearingOrders",
+    "OrdersProfile",
+    "known_combs",
+    "segment_speed",
+]
+
+F32 = npt.NDArray[np.float32]
+ORDERS_MARGIN = 0.5  # the rules' default margin (four validation seeds, two days: docs/guard.md)
+BACKSTOP = 3.0  # the every-rate lines' margin times this on a station with known orders
+TOL = 0.02  # a rate within 2 % of order x the read speed
+HARMONICS = 3
+MAX_ORDERS = 8
+MIN_RATE_HZ = 2.0  # a defect rate under this is not a comb over 1.28 s
+ENV_RATE = 1600.0  # the lines' envelope samples per second (lines._RATE)
+SEGMENT = 2048  # envelope samples a segment (lines._T)
+
+
+@dataclass(frozen=True)
+class BearingOrders:
+    """What a user gives for a station's bearing: its defect ``orders`` (per shaft
+    revolution) and the shaft's range ``shaft_lo``-``shaft_hi`` in Hz."""
+
+    orders: tuple[float, ...]
+    shaft_lo: float
+    shaft_hi: float
+
+    def __post_init__(self) -> None:
+        o = self.orders
+        if not 1 <= len(o) <= MAX_ORDERS or not all(np.isfinite(v) and v > 0 for v in o):
+            raise InvalidRequest(f"give 1 to {MAX_ORDERS} defect orders > 0, got {list(o)!r}")
+        lo, hi = self.shaft_lo, self.shaft_hi
+        top = TOP_HZ / SPEED_HARMONICS
+        if not (np.isfinite(lo) and np.isfinite(hi) and 0 < lo < hi <= top):
+            raise InvalidRequest(
+                f"a shaft range must be 0 < low < high <= {top:.0f} Hz, got {lo!r}-{hi!r}"
+            )
+        # a rate past the envelope's spectrum (a fast shaft, a high order) has no comb: a
+        # range that reaches it somewhere is taken, one that never comes under it is not
+        nyquist = ENV_RATE / 2 - 2 * ENV_RATE / SEGMENT  # a bin each side of the highest
+        for v in o:
+            if v * lo * (1 - TOL) < MIN_RATE_HZ or v * lo * (1 + TOL) > nyquist:
+                raise InvalidRequest(
+                    f"order {v:g} x the shaft's {lo:g}-{hi:g} Hz strikes at "
+                    f"{v * lo:.1f}-{v * hi:.1f} Hz; the envelope's comb is read from "
+                    f"{MIN_RATE_HZ:g} to {nyquist:.0f} Hz"
+                )
+
+    @classmethod
+    def parse(cls, orders: str, shaft_hz: str) -> BearingOrders:
+        """From the command line: ``"3.58,5.42,4.70"`` (BPFO=3.58 and the like also read)
+        and ``"24-34"`` (Hz)."""
+        vals = []
+        for part in orders.split(","):
+            text = part.split("=", 1)[-1].strip()
+            try:
+                vals.append(float(text))
+            except ValueError:
+                raise InvalidRequest(f"a defect order must be a number, got {part!r}") from None
+        m = re.fullmatch(r"\s*([0-9.]+)\s*-\s*([0-9.]+)\s*", shaft_hz)
+        if m is None:
+            raise InvalidRequest(f"--shaft-hz must be LOW-HIGH in Hz (24-34), got {shaft_hz!r}")
+        try:
+            lo, hi = float(m.group(1)), float(m.group(2))
+        except ValueError:
+            raise InvalidRequest(f"--shaft-hz must be LOW-HIGH in Hz, got {shaft_hz!r}") from None
+        return cls(tuple(vals), lo, hi)
+
+    def record(self) -> dict[str, Any]:
+        return {"orders": list(self.orders), "shaft_hz": [self.shaft_lo, self.shaft_hi]}
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> BearingOrders:
+        try:
+            lo, hi = data["shaft_hz"]
+            return cls(tuple(float(v) for v in data["orders"]), float(lo), float(hi))
+        except InvalidRequest as e:
+            raise ConfigError(str(e)) from None
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"bad bearing orders ({e!r})") from None
+
+
+def segment_speed(audio: npt.ArrayLike, rate: int, bearing: BearingOrders) -> float:
+    """The shaft speed in ``bearing``'s range over one segment of a station's sound."""
+    return shaft_hz(low_band(audio, rate), bearing.shaft_lo, bearing.shaft_hi)
+
+
+class _Rates:
+    """Per order, the bins a comb is read at for a given speed (cached by bin window)."""
+
+    def __init__(self, bins: int) -> None:
+        self.bins = bins
+        self.df = ENV_RATE / SEGMENT
+
+    def index(self, rate: float) -> tuple[npt.NDArray[np.int64], F32]:
+        """The candidate bins' harmonics ``(cands, HARMONICS)`` (past the end: clipped) and
+        each candidate's weights (1 / harmonics that fit, 0 past the end)."""
+        k0 = int(rate * (1 - TOL) / self.df)
+        k1 = int(np.ceil(rate * (1 + TOL) / self.df))
+        ks = np.arange(k0, k1 + 1)
+        idx = ks[:, None] * np.arange(1, HARMONICS + 1)[None, :]
+        fits = idx <= self.bins - 2
+        w = fits / np.maximum(fits.sum(axis=1, keepdims=True), 1)
+        return np.minimum(idx, self.bins - 2), w.astype(np.float32)
+
+
+def known_combs(
+    new: npt.ArrayLike, speeds: Sequence[float], orders: Sequence[Sequence[float]]
+) -> F32:
+    """Per row and band, the best comb at the row's ``orders`` times its speed: ``new``
+    ``(rows, bands, bins)`` (``lines.new_lines``) -> ``(rows, bands)``."""
+    x = np.asarray(new, np.float32)
+    rates = _Rates(x.shape[-1])
+    out = np.full(x.shape[:2], -np.inf, np.float32)
+    for r, (f0, row_orders) in enumerate(zip(speeds, orders, strict=True)):
+        for order in row_orders:
+            idx, w = rates.index(order * f0)
+            acc = (x[r][:, idx] * w).sum(axis=-1)  # (bands, cands)
+            np.maximum(out[r], acc.max(axis=-1), out=out[r])
+    return out
+
+
+def held_bands(stat: F32, hold: int) -> F32:
+    """Each band's least over the last ``hold`` evaluations of one run ``(S, bands)``:
+    ``(S - hold + 1, bands)``, the first for the ``hold``-th."""
+    n = len(stat) - hold + 1
+    if n <= 0:
+        return np.zeros((0, stat.shape[1]), np.float32)
+    out: F32 = np.stack([stat[hold - 1 - j : hold - 1 - j + n] for j in range(hold)]).min(axis=0)
+    return out
+
+
+def _tops(check: Sequence[float], bands: int, what: str) -> F32:
+    t = np.asarray(check, np.float32)
+    if t.shape != (bands,) or not (np.isfinite(t).all() and (t >= 0).all()):
+        raise ConfigError(f"the known orders' {what}top must be {bands} numbers >= 0")
+    return t
+
+
+@dataclass(frozen=True)
+class OrdersProfile:
+    """A station's bearing and its healthy tops per band: ``top`` for one segment,
+    ``mean_top`` for the mean of four (None: the recording was too short for the mean)."""
+
+    bearing: BearingOrders
+    top: F32
+    mean_top: F32 | None = None
+
+    def record(self) -> dict[str, Any]:
+        out = {**self.bearing.record(), "tol": TOL, "harmonics": HARMONICS}
+        out["top"] = [round(float(v), 4) for v in self.top]
+        if self.mean_top is not None:
+            out["mean_top"] = [round(float(v), 4) for v in self.mean_top]
+        return out
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any], bands: int, where: str) -> OrdersProfile:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: the known orders must be an object")
+        if data.get("tol") != TOL or data.get("harmonics") != HARMONICS:
+            raise ConfigError(
+                f"{where}: known orders read within {data.get('tol')!r} over "
+                f"{data.get('harmonics')!r} harmonics; this version uses {TOL} over "
+                f"{HARMONICS}: enrol the station again"
+            )
+        try:
+            bearing = BearingOrders.from_record(data)
+            top = _tops(data["top"], bands, "")
+            mean = data.get("mean_top")
+            return cls(bearing, top, None if mean is None else _tops(mean, bands, "mean's "))
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: bad known orders ({e!r})") from None
+
+
+def fitted_top(
+    news: Sequence[F32], speeds: Sequence[Sequence[float]], bearing: BearingOrders, hold: int
+) -> F32 | None:
+    """The healthy top per band: the highest held statistic within each run, ``news`` one
+    ``(S, bands, bins)`` array of new lines per run (consecutive evaluations) and
+    ``speeds`` their speeds; None when no run has ``hold`` evaluations."""
+    tops = []
+    for new, sp in zip(news, speeds, strict=True):
+        if len(new) >= hold:
+            stat = known_combs(new, sp, [bearing.orders] * len(new))
+            tops.append(held_bands(stat, hold).max(axis=0))
+    if not tops:
+        return None
+    out: F32 = np.round(np.max(tops, axis=0), 4).astype(np.float32)
+    return out

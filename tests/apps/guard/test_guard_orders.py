@@ -1,0 +1,230 @@
+"""A station's known bearing orders (``orders.py``): the comb at order x the speed read from
+the sound catches a faint defect at an order, follows the shaft when it runs faster, stays
+quiet on the healthy station and on a defect at rates its bearing cannot strike at (deaf,
+not noisy); the orders round-trip through an enrolment of format /10; bad orders, ranges and
+calls are refused with a clear error."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from rtgate.apps.guard.baseline import FORMAT_HELD, FORMAT_ORDERS, Baselines, Enrolment
+from rtgate.apps.guard.features import CREST_BANDS, HOP, N_FEATURES, N_SUB, RATE, WindowFeatures
+from rtgate.apps.guard.lines import WINDOWS, Lines, LinesProfile, lines_profile
+from rtgate.apps.guard.orders import (
+    BACKSTOP,
+    HARMONICS,
+    ORDERS_MARGIN,
+    BearingOrders,
+    OrdersProfile,
+    known_combs,
+)
+from rtgate.apps.guard.rules import Rule
+from rtgate.core.errors import ConfigError, InvalidRequest
+
+F32 = npt.NDArray[np.float32]
+SHAFT = 23.3  # Hz
+BEARING = BearingOrders((3.07, 4.93, 4.12), 21.0, 32.0)
+
+
+def _machine(
+    seconds: float, seed: int, fr: float = SHAFT, defect_hz: float | None = None, db: float = -8.0
+) -> F32:
+    """A station: its shaft's first six harmonics (how the speed is read) over broadband
+    noise at 2-8 kHz amplitude-modulated at its own 53 Hz (a comb it always has); with
+    ``defect_hz``, impacts at that rate ringing 6.2 kHz, ``db`` (RMS) under the noise."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * RATE)
+    t = np.arange(n) / RATE
+    spec = np.fft.rfft(rng.standard_normal(n))
+    f = np.fft.rfftfreq(n, 1 / RATE)
+    spec[(f < 2000) | (f > 7900)] = 0
+    x = np.fft.irfft(spec, n)
+    x *= 1.0 + 0.3 * np.sin(2 * np.pi * 53.0 * t)
+    x /= x.std()
+    for k in range(1, 7):
+        x += 0.4 * 0.7**k * np.sin(2 * np.pi * k * fr * t + rng.uniform(0, 6.3))
+    if defect_hz is not None:
+        d = np.zeros(n)
+        d[(np.arange(0, seconds, 1 / defect_hz) * RATE).astype(np.int64)] = 1.0
+        h = np.exp(-2 * np.pi * 0.03 * 6200 * t[:200]) * np.sin(2 * np.pi * 6200 * t[:200])
+        d = np.convolve(d, h)[:n]
+        x += d / d.std() * 10 ** (db / 20)
+    out: F32 = (0.05 * x).astype(np.float32)
+    return out
+
+
+def _envelopes(audio: F32) -> F32:
+    _, env = WindowFeatures().envelopes(audio)
+    return env
+
+
+@pytest.fixture(scope="module")
+def profile() -> LinesProfile:
+    audio = _machine(40.0, seed=1)
+    env = _envelopes(audio)
+    p = lines_profile(env, [(0, len(env))], audio, BEARING)
+    assert p is not None and p.orders is not None
+    return p
+
+
+def _hot(profile: LinesProfile, audio: F32, lines: float, orders: float) -> tuple[list[int], Lines]:
+    env = _envelopes(audio)
+    clause = Lines([profile], [lines], orders_margins=[orders])
+    w = audio[: len(env) * HOP].reshape(len(env), HOP)
+    hot = [t for t in range(len(env)) if clause.step(env[t : t + 1], None, w[t : t + 1])[0]]
+    return hot, clause
+
+
+def test_the_healthy_station_stays_under_both_bars(profile: LinesProfile) -> None:
+    hot, clause = _hot(profile, _machine(20.0, seed=2), 0.5, ORDERS_MARGIN)
+    assert hot == []
+    assert clause.speed[0] == pytest.approx(SHAFT, rel=0.01)  # the speed it read
+
+
+def test_a_faint_defect_at_an_order_is_a_hit(profile: LinesProfile) -> None:
+    """14 dB under the noise, the comb at the known order alone (the every-rate clause off)
+    crosses its bar; 20 dB under, nothing does."""
+    rate = BEARING.orders[0] * SHAFT
+    known, clause = _hot(profile, _machine(20.0, seed=3, defect_hz=rate, db=-14.0), 0.0, 0.75)
+    assert known and clause.last[0] > 0
+    assert known[0] >= WINDOWS - 1  # not before a whole segment was heard
+    faint, _ = _hot(profile, _machine(20.0, seed=3, defect_hz=rate, db=-20.0), 0.0, 0.75)
+    assert faint == []
+
+
+def test_the_comb_follows_the_shaft_read_from_the_sound(profile: LinesProfile) -> None:
+    fast = SHAFT * 1.08  # inside the range given, 8 % over the enrolled speed
+    audio = _machine(20.0, seed=4, fr=fast, defect_hz=BEARING.orders[1] * fast, db=-14.0)
+    hot, clause = _hot(profile, audio, 0.0, ORDERS_MARGIN)
+    assert clause.speed[0] == pytest.approx(fast, rel=0.01)
+    assert hot
+    healthy, _ = _hot(profile, _machine(20.0, seed=4, fr=fast), 0.0, ORDERS_MARGIN)
+    assert healthy == []
+
+
+def test_a_defect_the_bearing_cannot_strike_at_leaves_the_orders_deaf(
+    profile: LinesProfile,
+) -> None:
+    """A wrong bearing given: the orders hear nothing, the every-rate clause still does."""
+    # 51.3 Hz: none of its harmonics within 4 % of an order's first three
+    audio = _machine(20.0, seed=5, defect_hz=51.3, db=-8.0)
+    known, _ = _hot(profile, audio, 0.0, ORDERS_MARGIN)
+    every, _ = _hot(profile, audio, 0.5, 0.0)
+    assert known == []
+    assert every
+
+
+def test_known_combs_reads_the_harmonics_that_fit() -> None:
+    bins = 1025
+    new = np.zeros((2, len(CREST_BANDS), bins), np.float32)
+    df = 1600.0 / 2048
+    k = round(3.0 * 25.0 / df)
+    for h in range(1, HARMONICS + 1):
+        new[0, 1, k * h] = 1.5
+    high = 700.0  # only the first harmonic is under the spectrum's end
+    kh = round(high / df)
+    new[1, 2, kh] = 2.0
+    got = known_combs(new, [25.0, high / 5.0], [(3.0,), (5.0,)])
+    assert got[0, 1] == pytest.approx(1.5)
+    assert got[0, 0] == 0.0
+    assert got[1, 2] == pytest.approx(2.0)  # the mean over the one harmonic that fits
+
+
+def _enrolment(profile: LinesProfile) -> Enrolment:
+    return Enrolment(
+        "C",
+        np.zeros(N_FEATURES, np.float32),
+        np.ones(N_FEATURES, np.float32),
+        1.0,
+        1.5,
+        slow_scale=np.ones(N_FEATURES, np.float32),
+        persist_scale=np.ones(N_FEATURES, np.float32),
+        lines=profile,
+    )
+
+
+def test_the_orders_round_trip_through_an_enrolment(profile: LinesProfile) -> None:
+    e = _enrolment(profile)
+    text = e.to_json()
+    doc = json.loads(text)
+    assert doc["format"] == FORMAT_ORDERS
+    back = Enrolment.from_json(text)
+    assert back.lines is not None and back.lines.orders is not None
+    assert back.lines.orders.bearing == BEARING
+    assert np.array_equal(back.lines.orders.top, profile.orders.top)  # type: ignore[union-attr]
+    assert back.id == e.id
+    assert back.summary()["bearing_orders"]["orders"] == list(BEARING.orders)
+    plain = replace(e, lines=replace(profile, orders=None))
+    assert plain.id != e.id and json.loads(plain.to_json())["format"] == FORMAT_HELD
+    doc["format"] = FORMAT_HELD  # orders in a /9 file
+    with pytest.raises(ConfigError, match="orders"):
+        Enrolment.from_json(json.dumps(doc))
+    doc["format"] = FORMAT_ORDERS
+    doc["model"]["lines"]["orders"]["tol"] = 0.05
+    with pytest.raises(ConfigError, match="enrol the station again"):
+        Enrolment.from_json(json.dumps(doc))
+
+
+def test_where_the_orders_watch_every_rate_is_a_backstop(profile: LinesProfile) -> None:
+    e = _enrolment(profile)
+    watched = Baselines([e], persist=[6.0], lines=[0.5], orders=[ORDERS_MARGIN])
+    off = Baselines([e], persist=[6.0], lines=[0.5], orders=[0.0])
+    assert watched.orders_margin[0] == ORDERS_MARGIN and off.orders_margin[0] == 0
+    assert watched.lines_margin[0] == pytest.approx(BACKSTOP * off.lines_margin[0])
+    assert off.lines_margin[0] > 0 and watched.lines is not None
+    assert watched.lines.known[0] and not off.lines.known[0]  # type: ignore[union-attr]
+
+
+def test_a_station_with_orders_needs_its_audio(profile: LinesProfile) -> None:
+    clause = Lines([profile], [0.5])
+    env = np.zeros((1, len(CREST_BANDS), N_SUB), np.float32)
+    with pytest.raises(InvalidRequest, match="audio"):
+        clause.step(env)
+    with pytest.raises(InvalidRequest, match="audio must be"):
+        clause.step(env, None, np.zeros((1, 10), np.float32))
+    off = Lines([profile], [0.5], orders_margins=[0.0])  # the orders off: no audio needed
+    assert not off.step(env)[0]
+    base = Baselines([None, None], lines=[0.5, 0.5], orders=[ORDERS_MARGIN] * 2)
+    assert not base.lines_clause and (base.orders_margin == 0).all()
+    assert WINDOWS * HOP == 20480  # the ring holds the segment the speed is read from
+
+
+@pytest.mark.parametrize(
+    ("orders", "shaft", "match"),
+    [
+        ("3.1,x", "20-30", "must be a number"),
+        ("3.1", "30", "LOW-HIGH"),
+        ("3.1", "30-20", "shaft range"),
+        ("0,3.1", "20-30", "orders > 0"),
+        ("30", "40-80", "strikes at"),  # 1,200 Hz and up: past the envelope's spectrum
+        ("0.05", "20-30", "strikes at"),  # a rate of 1 Hz: no comb over 1.28 s
+        (",".join(["3"] * 9), "20-30", "1 to 8"),
+    ],
+)
+def test_bad_orders_are_refused(orders: str, shaft: str, match: str) -> None:
+    with pytest.raises(InvalidRequest, match=match):
+        BearingOrders.parse(orders, shaft)
+
+
+def test_parse_reads_a_catalogue_line() -> None:
+    b = BearingOrders.parse("BPFO=3.58, BPFI=5.42, 2BSF=4.70", " 24 - 34 ")
+    assert b == BearingOrders((3.58, 5.42, 4.70), 24.0, 34.0)
+    top = np.zeros(len(CREST_BANDS), np.float32)
+    p = OrdersProfile(b, top)
+    back = OrdersProfile.from_record(p.record(), len(CREST_BANDS), "f")
+    assert back.bearing == b and np.array_equal(back.top, top) and back.mean_top is None
+    with pytest.raises(ConfigError, match="top"):
+        OrdersProfile.from_record({**p.record(), "top": [1.0]}, len(CREST_BANDS), "f")
+
+
+def test_the_rule_names_the_orders_in_a_stop() -> None:
+    assert "bearing's orders>=own max+0.5" in Rule().describe(novel=True, orders=True)
+    assert "bearing's orders" not in Rule(orders=0).describe(novel=True, orders=True)
+    with pytest.raises(ConfigError, match="orders must be"):
+        Rule(orders=-1)
