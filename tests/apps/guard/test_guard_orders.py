@@ -91,10 +91,12 @@ def test_a_faint_defect_at_an_order_is_a_hit(profile: LinesProfile) -> None:
     """14 dB under the noise, the comb at the known order alone (the every-rate clause off)
     crosses its bar; 20 dB under, nothing does."""
     rate = BEARING.orders[0] * SHAFT
-    known, clause = _hot(profile, _machine(20.0, seed=3, defect_hz=rate, db=-14.0), 0.0, 0.75)
+    known, clause = _hot(
+        profile, _machine(20.0, seed=3, defect_hz=rate, db=-14.0), 0.0, ORDERS_MARGIN
+    )
     assert known and clause.last[0] > 0
     assert known[0] >= WINDOWS - 1  # not before a whole segment was heard
-    faint, _ = _hot(profile, _machine(20.0, seed=3, defect_hz=rate, db=-20.0), 0.0, 0.75)
+    faint, _ = _hot(profile, _machine(20.0, seed=3, defect_hz=rate, db=-20.0), 0.0, ORDERS_MARGIN)
     assert faint == []
 
 
@@ -133,10 +135,11 @@ def test_known_combs_reads_the_harmonics_that_fit() -> None:
     got = known_combs(new, [25.0, high / 5.0], [(3.0,), (5.0,)])
     assert got[0, 1] == pytest.approx(1.5)
     assert got[0, 0] == 0.0
-    assert got[1, 2] == pytest.approx(2.0)  # the mean over the one harmonic that fits
+    # a harmonic past the spectrum's end counts as no line: one line alone is a weak comb
+    assert got[1, 2] == pytest.approx(2.0 / HARMONICS)
 
 
-def _enrolment(profile: LinesProfile) -> Enrolment:
+def _enrolment(profile: LinesProfile, logit: dict[str, float] | None = None) -> Enrolment:
     return Enrolment(
         "C",
         np.zeros(N_FEATURES, np.float32),
@@ -146,6 +149,7 @@ def _enrolment(profile: LinesProfile) -> Enrolment:
         slow_scale=np.ones(N_FEATURES, np.float32),
         persist_scale=np.ones(N_FEATURES, np.float32),
         lines=profile,
+        detector_logit=logit or {},
     )
 
 
@@ -172,13 +176,21 @@ def test_the_orders_round_trip_through_an_enrolment(profile: LinesProfile) -> No
 
 
 def test_where_the_orders_watch_every_rate_is_a_backstop(profile: LinesProfile) -> None:
-    e = _enrolment(profile)
-    watched = Baselines([e], persist=[6.0], lines=[0.5], orders=[ORDERS_MARGIN])
-    off = Baselines([e], persist=[6.0], lines=[0.5], orders=[0.0])
-    assert watched.orders_margin[0] == ORDERS_MARGIN and off.orders_margin[0] == 0
-    assert watched.lines_margin[0] == pytest.approx(BACKSTOP * off.lines_margin[0])
-    assert off.lines_margin[0] > 0 and watched.lines is not None
-    assert watched.lines.known[0] and not off.lines.known[0]  # type: ignore[union-attr]
+    t = float(np.log(0.92 / 0.08))
+    deaf = _enrolment(profile, {"max": t + 3.5, "p999": t + 3.0, "p99": t + 2.0, "p50": t})
+    hearing = _enrolment(profile, {"max": t - 1.5, "p999": t - 2.0, "p99": t - 4.0, "p50": t - 7})
+    ens = [deaf, hearing]
+    watched = Baselines(ens, persist=[6.0] * 2, lines=[0.5] * 2, orders=[ORDERS_MARGIN] * 2)
+    off = Baselines(ens, persist=[6.0] * 2, lines=[0.5] * 2, orders=[0.0] * 2)
+    assert watched.deaf.tolist() == [True, False]
+    # as the every-rate lines': twice the margin where the detector hears
+    assert watched.orders_margin.tolist() == pytest.approx([ORDERS_MARGIN, 2 * ORDERS_MARGIN])
+    assert off.orders_margin.tolist() == [0.0, 0.0] and (off.lines_margin > 0).all()
+    assert watched.lines_margin == pytest.approx(BACKSTOP * off.lines_margin)
+    assert watched.lines is not None and off.lines is not None
+    assert watched.lines.known.all() and not off.lines.known.any()
+    # the orders' mean, as the every-rate one, only where the detector is deaf
+    assert watched.lines._orders.meaned.tolist() == [True, False]
 
 
 def test_a_station_with_orders_needs_its_audio(profile: LinesProfile) -> None:
@@ -224,7 +236,7 @@ def test_parse_reads_a_catalogue_line() -> None:
 
 
 def test_the_rule_names_the_orders_in_a_stop() -> None:
-    assert "bearing's orders>=own max+0.5" in Rule().describe(novel=True, orders=True)
+    assert "bearing's orders>=own max+0.35" in Rule().describe(novel=True, orders=True)
     assert "bearing's orders" not in Rule(orders=0).describe(novel=True, orders=True)
     with pytest.raises(ConfigError, match="orders must be"):
         Rule(orders=-1)

@@ -711,7 +711,12 @@ class Baselines:
             [e is not None and e.lines is not None and e.lines.orders is not None
              for e in enrolments], dtype=bool,
         )  # fmt: skip
-        self.orders_margin = np.where(known, om, 0.0).astype(np.float32)
+        # as the every-rate lines': twice the margin where the detector hears, the mean only
+        # where it is deaf (on the project's own motors, each enrolled on another recording,
+        # a neighbour's line near an order stopped healthy ones: docs/guard.md, Session 35)
+        self.orders_margin = np.where(
+            known, np.where(self.deaf, om, om * np.float32(LINES_HEARING)), 0.0
+        ).astype(np.float32)
         # where the orders watch, the comb at every rate is a backstop (a wrong bearing
         # given): BACKSTOP times its margin
         backstop = np.where(self.orders_margin > 0, np.float32(BACKSTOP), np.float32(1.0))

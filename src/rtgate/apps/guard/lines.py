@@ -455,14 +455,14 @@ class Lines:
 
     ``profiles``: per station its :class:`LinesProfile` (None: never evaluated),
     ``margins`` the rule's margin for the comb at every rate (0: off), ``means`` which
-    stations use the mean for it too (default: every one whose profile has it), and
+    stations use the mean too (default: every one whose profile has it), and
     ``orders_margins`` the rule's margin for the comb at the station's known bearing orders
-    (``orders.py``; default ``ORDERS_MARGIN``, 0: off; only profiles that have them, with
-    their mean whenever the profile has it). :meth:`step` takes each station's newest
-    window's envelopes ``(N, bands, N_SUB)`` (and its audio ``(N, HOP)``, needed when a
-    station has known orders) and returns which stations' next window is a hit. ``last``
-    holds each station's latest statistic over its bar (``stat - top - margin``, the
-    largest of its clauses'; -inf before its first evaluation).
+    (``orders.py``; default ``ORDERS_MARGIN``, 0: off; only profiles that have them).
+    :meth:`step` takes each station's newest window's envelopes ``(N, bands, N_SUB)`` (and
+    its audio ``(N, HOP)``, needed when a station has known orders) and returns which
+    stations' next window is a hit. ``last`` holds each station's latest statistic over its
+    bar (``stat - top - margin``, the largest of its clauses'; -inf before its first
+    evaluation).
     """
 
     def __init__(
@@ -518,7 +518,7 @@ class Lines:
                 self.mean_bar[i] = p.mean_top + float(m[i])
             o = p.orders
             kept[i] = np.isfinite(self.mean_bar[i]) or (
-                self.known[i] and o is not None and o.mean_top is not None
+                self.known[i] and use_mean[i] and o is not None and o.mean_top is not None
             )
             if kept[i]:
                 mean_refs.append(p.mean_reference)
@@ -541,7 +541,7 @@ class Lines:
         self._combs.fill(0.0)
         self._mean_combs = np.empty((len(mean_refs), max(HOLD - 1, 1), nb, rates), np.float32)
         self._mean_combs.fill(0.0)
-        self._orders = _Known(profiles, self.known, om)
+        self._orders = _Known(profiles, self.known, om, use_mean)
         self._evals = np.zeros(n, np.int64)
         self._heard = np.zeros(n, np.int64)
         self._phase = np.arange(n) % STEP
@@ -648,6 +648,7 @@ class _Known:
         profiles: Sequence[LinesProfile | None],
         known: npt.NDArray[np.bool_],
         margins: npt.NDArray[np.float32],
+        use_mean: npt.NDArray[np.bool_],
     ) -> None:
         n, nb = len(profiles), len(CREST_BANDS)
         self.slot = np.where(known, np.cumsum(known) - 1, -1)
@@ -662,7 +663,7 @@ class _Known:
             o, s = p.orders, int(self.slot[i])
             self.bearings.append(o.bearing)
             self.bar[s] = o.top + margins[i]
-            if o.mean_top is not None:
+            if o.mean_top is not None and use_mean[i]:
                 self.mean_bar[s] = o.mean_top + margins[i]
                 self.meaned[i] = True
         # written once here, as the rings of Lines (80 KB of audio a station)

@@ -12,14 +12,18 @@ shaft speed. A station enrolled with its orders and its shaft's range
   the same 1.28 s of its sound (``speed.shaft_hz`` within the range given);
 - for each order, the best rate within :data:`TOL` of order x speed; its comb is the mean
   of its first :data:`HARMONICS` harmonics' new lines over the enrolled reference (the lines
-  clause's ``new_lines``; a harmonic past the spectrum's end does not count); per band, the
-  best order's;
+  clause's ``new_lines``); a harmonic past the envelope spectrum's end (800 Hz) counts as no
+  line, so a fast shaft's high order needs a stronger line: on the project's own motors a
+  neighbour's single line near such an order stopped a healthy station (docs/guard.md,
+  Session 35); per band, the best order's;
 - per band, held at its least over ``lines.HOLD`` evaluations (the rate moves with the read
   speed, so the hold is per band, not per rate);
-- the same on the mean of four segments (5.12 s), as the lines clause does;
+- the same on the mean of four segments (5.12 s) where the station's detector is deaf, as
+  the lines clause does (the mean also hears a lasting difference between two healthy
+  recordings);
 - over the enrolled top (per band, the highest held statistic of the healthy recording) plus
-  the rule's ``orders`` margin (:data:`ORDERS_MARGIN`), on ``lines.CONSECUTIVE``
-  evaluations in a row: a hit.
+  the rule's ``orders`` margin (:data:`ORDERS_MARGIN`; twice it where the detector hears,
+  as for the lines), on ``lines.CONSECUTIVE`` evaluations in a row: a hit.
 
 The margin was picked on four validation seeds of the outside set, each enrolled on the
 scored recording and on another day's, through the whole decision (docs/guard.md, Session
@@ -54,7 +58,7 @@ __all__ = [
 ]
 
 F32 = npt.NDArray[np.float32]
-ORDERS_MARGIN = 0.5  # the rules' default margin (four validation seeds, two days: docs/guard.md)
+ORDERS_MARGIN = 0.35  # the rules' default (four validation seeds, two days: docs/guard.md)
 BACKSTOP = 3.0  # the every-rate lines' margin times this on a station with known orders
 TOL = 0.02  # a rate within 2 % of order x the read speed
 HARMONICS = 3
@@ -142,13 +146,13 @@ class _Rates:
 
     def index(self, rate: float) -> tuple[npt.NDArray[np.int64], F32]:
         """The candidate bins' harmonics ``(cands, HARMONICS)`` (past the end: clipped) and
-        each candidate's weights (1 / harmonics that fit, 0 past the end)."""
+        their weights (1 / ``HARMONICS``, 0 past the end)."""
         k0 = int(rate * (1 - TOL) / self.df)
         k1 = int(np.ceil(rate * (1 + TOL) / self.df))
         ks = np.arange(k0, k1 + 1)
         idx = ks[:, None] * np.arange(1, HARMONICS + 1)[None, :]
         fits = idx <= self.bins - 2
-        w = fits / np.maximum(fits.sum(axis=1, keepdims=True), 1)
+        w = fits / np.float32(HARMONICS)  # a harmonic past the end counts as no line
         return np.minimum(idx, self.bins - 2), w.astype(np.float32)
 
 

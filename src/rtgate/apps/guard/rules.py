@@ -12,7 +12,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     slow = 0.0                    # enrolled stations (format /5): a slow rise this far is a hit
     persist = 6.0                 # enrolled stations (format /6): a steady rise this far (0: off)
     lines = 0.5                   # enrolled stations (format /7-/9): new envelope lines (0: off)
-    orders = 0.5                  # enrolled with its bearing's orders (/10): a comb there (0: off)
+    orders = 0.35                 # enrolled with its bearing's orders (/10): a comb there (0: off)
     cooldown_s = 10.0             # no second stop from a station within this time
     topic = "rtgate/guard/{station}/stop"
 
@@ -149,7 +149,7 @@ class Rule:
     slow: float = 0.0
     persist: float = 6.0  # baseline.PERSIST_BAR
     lines: float = 0.5  # lines.LINES_MARGIN
-    orders: float = 0.5  # orders.ORDERS_MARGIN
+    orders: float = 0.35  # orders.ORDERS_MARGIN
     cooldown_s: float = 10.0
     topic: str = "rtgate/guard/{station}/stop"
     name: str = "default"
