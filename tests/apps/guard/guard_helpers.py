@@ -19,6 +19,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from rtgate.apps.guard.detector import Detector
 from rtgate.apps.guard.events import StopMessage
+from rtgate.apps.guard.features import RATE
 
 SHARED_BROKER = ("127.0.0.1", 1883)
 
@@ -133,3 +134,36 @@ class RecordingSink:
     def publish(self, topic: str, msg: StopMessage) -> int:
         self.got.append(msg)
         return len(self.got)
+
+
+def station_sound(
+    seconds: float,
+    seed: int,
+    defect_hz: float | None = None,
+    db: float = -8.0,
+    shaft_hz: float | None = None,
+) -> npt.NDArray[np.float32]:
+    """A station's sound for the envelope clauses' tests: broadband noise over 2-8 kHz,
+    amplitude-modulated at its own 53 Hz (a blade pass: a comb it always has); with
+    ``shaft_hz``, its shaft's first six harmonics (what the speed is read from); with
+    ``defect_hz``, impacts at that rate ringing 6.2 kHz, ``db`` (RMS) under the noise."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * RATE)
+    spec = np.fft.rfft(rng.standard_normal(n))
+    f = np.fft.rfftfreq(n, 1 / RATE)
+    spec[(f < 2000) | (f > 7900)] = 0
+    x = np.fft.irfft(spec, n)
+    t = np.arange(n) / RATE
+    x *= 1.0 + 0.3 * np.sin(2 * np.pi * 53.0 * t)
+    x /= x.std()
+    if shaft_hz is not None:
+        for k in range(1, 7):
+            x += 0.4 * 0.7**k * np.sin(2 * np.pi * k * shaft_hz * t + rng.uniform(0, 6.3))
+    if defect_hz is not None:
+        d = np.zeros(n)
+        d[(np.arange(0, seconds, 1 / defect_hz) * RATE).astype(np.int64)] = 1.0
+        h = np.exp(-2 * np.pi * 0.03 * 6200 * t[:200]) * np.sin(2 * np.pi * 6200 * t[:200])
+        d = np.convolve(d, h)[:n]
+        x += d / d.std() * 10 ** (db / 20)
+    out: npt.NDArray[np.float32] = (0.05 * x).astype(np.float32)
+    return out

@@ -43,31 +43,9 @@ from rtgate.apps.guard.lines import (
     statistic,
 )
 from rtgate.core.errors import ConfigError, InvalidRequest
+from tests.apps.guard.guard_helpers import station_sound as _machine
 
 F32 = npt.NDArray[np.float32]
-
-
-def _machine(seconds: float, seed: int, defect_hz: float | None = None, db: float = -8.0) -> F32:
-    """A station's sound: broadband noise over 2-8 kHz, amplitude-modulated at its own
-    53 Hz (a blade pass: a comb it always has); with ``defect_hz``, impacts at that rate
-    ringing 6.2 kHz, ``db`` (RMS) under the rest."""
-    rng = np.random.default_rng(seed)
-    n = int(seconds * RATE)
-    spec = np.fft.rfft(rng.standard_normal(n))
-    f = np.fft.rfftfreq(n, 1 / RATE)
-    spec[(f < 2000) | (f > 7900)] = 0
-    x = np.fft.irfft(spec, n)
-    t = np.arange(n) / RATE
-    x *= 1.0 + 0.3 * np.sin(2 * np.pi * 53.0 * t)
-    x /= x.std()
-    if defect_hz is not None:
-        d = np.zeros(n)
-        d[(np.arange(0, seconds, 1 / defect_hz) * RATE).astype(np.int64)] = 1.0
-        h = np.exp(-2 * np.pi * 0.03 * 6200 * t[:200]) * np.sin(2 * np.pi * 6200 * t[:200])
-        d = np.convolve(d, h)[:n]
-        x += d / d.std() * 10 ** (db / 20)
-    out: F32 = (0.05 * x).astype(np.float32)
-    return out
 
 
 def _envelopes(audio: F32) -> F32:

@@ -14,7 +14,7 @@ import numpy.typing as npt
 import pytest
 
 from rtgate.apps.guard.baseline import FORMAT_HELD, FORMAT_ORDERS, Baselines, Enrolment
-from rtgate.apps.guard.features import CREST_BANDS, HOP, N_FEATURES, N_SUB, RATE, WindowFeatures
+from rtgate.apps.guard.features import CREST_BANDS, HOP, N_FEATURES, N_SUB, WindowFeatures
 from rtgate.apps.guard.lines import WINDOWS, Lines, LinesProfile, lines_profile
 from rtgate.apps.guard.orders import (
     BACKSTOP,
@@ -26,6 +26,7 @@ from rtgate.apps.guard.orders import (
 )
 from rtgate.apps.guard.rules import Rule
 from rtgate.core.errors import ConfigError, InvalidRequest
+from tests.apps.guard.guard_helpers import station_sound
 
 F32 = npt.NDArray[np.float32]
 SHAFT = 23.3  # Hz
@@ -35,28 +36,8 @@ BEARING = BearingOrders((3.07, 4.93, 4.12), 21.0, 32.0)
 def _machine(
     seconds: float, seed: int, fr: float = SHAFT, defect_hz: float | None = None, db: float = -8.0
 ) -> F32:
-    """A station: its shaft's first six harmonics (how the speed is read) over broadband
-    noise at 2-8 kHz amplitude-modulated at its own 53 Hz (a comb it always has); with
-    ``defect_hz``, impacts at that rate ringing 6.2 kHz, ``db`` (RMS) under the noise."""
-    rng = np.random.default_rng(seed)
-    n = int(seconds * RATE)
-    t = np.arange(n) / RATE
-    spec = np.fft.rfft(rng.standard_normal(n))
-    f = np.fft.rfftfreq(n, 1 / RATE)
-    spec[(f < 2000) | (f > 7900)] = 0
-    x = np.fft.irfft(spec, n)
-    x *= 1.0 + 0.3 * np.sin(2 * np.pi * 53.0 * t)
-    x /= x.std()
-    for k in range(1, 7):
-        x += 0.4 * 0.7**k * np.sin(2 * np.pi * k * fr * t + rng.uniform(0, 6.3))
-    if defect_hz is not None:
-        d = np.zeros(n)
-        d[(np.arange(0, seconds, 1 / defect_hz) * RATE).astype(np.int64)] = 1.0
-        h = np.exp(-2 * np.pi * 0.03 * 6200 * t[:200]) * np.sin(2 * np.pi * 6200 * t[:200])
-        d = np.convolve(d, h)[:n]
-        x += d / d.std() * 10 ** (db / 20)
-    out: F32 = (0.05 * x).astype(np.float32)
-    return out
+    """A station (``station_sound``) whose shaft turns at ``fr`` Hz."""
+    return station_sound(seconds, seed, defect_hz, db, shaft_hz=fr)
 
 
 def _envelopes(audio: F32) -> F32:
