@@ -219,5 +219,10 @@ def test_parse_reads_a_catalogue_line() -> None:
 def test_the_rule_names_the_orders_in_a_stop() -> None:
     assert "bearing's orders>=own max+0.35" in Rule().describe(novel=True, orders=True)
     assert "bearing's orders" not in Rule(orders=0).describe(novel=True, orders=True)
+    # the margins a station applies, when given: twice the rule's where its detector hears,
+    # the lines a backstop where the orders watch
+    text = Rule().describe(novel=True, lines=3.0, orders=0.7)
+    assert "envelope lines>=own max+3 or" in text and "orders>=own max+0.7 in" in text
+    assert "envelope lines" not in Rule().describe(novel=True, lines=0.0, orders=0.7)
     with pytest.raises(ConfigError, match="orders must be"):
         Rule(orders=-1)

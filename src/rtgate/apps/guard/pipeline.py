@@ -209,8 +209,8 @@ class Guard:
             own_model = bool(np.isfinite(base.own_threshold[d.index]))
             own_slow = bool(np.isfinite(base.slow_threshold[d.index]))
             own_persist = bool(np.isfinite(base.persist_threshold[d.index]))
-            own_lines = bool(base.lines_margin[d.index] > 0)
-            own_orders = bool(base.orders_margin[d.index] > 0)
+            own_lines = float(base.lines_margin[d.index])  # the margins it applies (0: off)
+            own_orders = float(base.orders_margin[d.index])
             rule = d.rule.describe(
                 d.instant,
                 d.novel,

@@ -207,15 +207,18 @@ class Rule:
         own: bool = False,
         slow: bool = False,
         persist: bool = False,
-        lines: bool = False,
-        orders: bool = False,
+        lines: bool | float = False,
+        orders: bool | float = False,
     ) -> str:
         """The rule (its k-of-n clause, or with ``instant`` its one-window clause) as it
         appears in a stop message; with ``novel``, the k-of-n clause with the station's own
         hits: novelty (when the rule has it), with ``rhythm`` (the station's enrolment
         measured its rhythm) the rhythm, with ``own`` its own model (format /4), and with
         ``slow`` its slow range (format /5), with ``persist`` its median's range (/6), with
-        ``lines`` its envelope lines (/7), with ``orders`` its bearing's orders (/10)."""
+        ``lines`` its envelope lines (/7), with ``orders`` its bearing's orders (/10); a
+        number for ``lines`` or ``orders`` is the margin the station applies (its hearing
+        detector doubles the rule's, its orders make the lines a backstop), shown instead
+        of the rule's."""
         if instant:
             return f"{self.name}: score>={self.instant_at:g} in 1 window"
         hit = f"score>={self.threshold:g}"
@@ -230,9 +233,11 @@ class Rule:
         if novel and persist and self.persist:
             hit += f" or median>={self.persist:g}x own max"
         if novel and lines and self.lines:
-            hit += f" or new envelope lines>=own max+{self.lines:g}"
+            at = self.lines if isinstance(lines, bool) else lines
+            hit += f" or new envelope lines>=own max+{at:.3g}"
         if novel and orders and self.orders:
-            hit += f" or a comb at its bearing's orders>=own max+{self.orders:g}"
+            at = self.orders if isinstance(orders, bool) else orders
+            hit += f" or a comb at its bearing's orders>=own max+{at:.3g}"
         return f"{self.name}: {hit} in {self.k} of {self.n} windows"
 
     def topic_for(self, station: str) -> str:
