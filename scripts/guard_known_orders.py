@@ -8,9 +8,10 @@ speed, so this study looks there alone: each evaluation, the shaft speed read fr
 station's own sound (``speed.shaft_hz``, in 0.9-1.4 times the station's nominal speed, or
 the simulator's true speed with ``--speed true``), and for each order (of the bearing
 fitted, or with ``--bearing other`` of a wrong one given) the best rate within ``--tol`` of
-order x speed, its comb the mean of its first three harmonics' new lines
-(``lines.new_lines``, each the best of its bin and the two next to it) over the enrolled
-reference; the statistic per band the best order's, held at its least over ``HOLD``
+order x speed, its comb the runtime's (``orders.known_combs``: the mean of its first three
+harmonics' new lines over the enrolled reference, a harmonic past 800 Hz counting as no
+line since session 35; session 34's figures were with the mean over the harmonics under 800
+Hz, ``cc3bd66``); the statistic per band the best order's, held at its least over ``HOLD``
 evaluations. Variants: ``seg`` (one 1.28 s segment, as the shipped clause's) and ``mean``
 (the mean of four that do not overlap, 5.12 s). The top per band is the highest held
 statistic on the 30 s enrolled, a hit on ``CONSECUTIVE`` evaluations over top + margin, as
@@ -47,43 +48,25 @@ from guard_lines_alone import (  # scripts/ is on the path when run as a script
 )
 
 from rtgate.apps.guard import lines
+from rtgate.apps.guard import orders as orders_module
+from rtgate.apps.guard.evaluate_outside import SPEED_RANGE
 from rtgate.apps.guard.features import CREST_BANDS
 from rtgate.apps.guard.outside import BEARINGS, Station, _speed
-from rtgate.apps.guard.simulate import FAULTS, RATE, Bearing
+from rtgate.apps.guard.simulate import RATE, Bearing
 from rtgate.apps.guard.speed import LOW_RATE, low_band, shaft_hz
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
-HARMONICS = 3
-SPEED_RANGE = (0.9, 1.4)  # times the nominal: what a user would give for a drive's range
 
 
 def known_combs(new: F32, speeds: F64, orders: Sequence[float], tol: float) -> F32:
-    """Per evaluation and band, the best comb at the ``orders`` times that evaluation's
-    ``speeds`` (each within ``tol``): ``new`` ``(S, bands, bins)`` -> ``(S, bands)``."""
-    bins = new.shape[-1]
-    df = ENV_RATE / SEGMENT
-    out = np.full(new.shape[:2], -np.inf, np.float32)
-    for s, f0 in enumerate(speeds):
-        for order in orders:
-            rate = order * f0
-            ks = np.arange(int(rate * (1 - tol) / df), int(np.ceil(rate * (1 + tol) / df)) + 1)
-            acc = np.zeros((new.shape[1], len(ks)))
-            count = np.zeros(len(ks))
-            for h in range(1, HARMONICS + 1):
-                fits = ks * h <= bins - 2
-                acc[:, fits] += new[s][:, ks[fits] * h]
-                count += fits
-            np.maximum(out[s], (acc / np.maximum(count, 1)).max(axis=1), out=out[s])
-    return out
+    """The runtime's comb (``orders.known_combs``) at one station's ``orders`` for each
+    evaluation's speed: ``(S, bands, bins)`` -> ``(S, bands)``."""
+    return orders_module.known_combs(new, speeds.tolist(), [orders] * len(new), tol)
 
 
 def held(stat: F32) -> F32:
-    """Each band's least over the last ``HOLD`` evaluations (the first for the ``HOLD``-th)."""
-    n = len(stat) - lines.HOLD + 1
-    out: F32 = np.stack([stat[lines.HOLD - 1 - j : lines.HOLD - 1 - j + n]
-                         for j in range(lines.HOLD)]).min(axis=0)  # fmt: skip
-    return out
+    return orders_module.held_bands(stat, lines.HOLD)
 
 
 def variants(
@@ -122,7 +105,7 @@ def speeds_of(st: Station, ends: npt.NDArray[np.int64], speed: str) -> F64:
         return np.array([fr[int((e - SEGMENT) * per) : int(e * per)].mean() for e in ends])
     low = low_band(st.audio, RATE)
     per = LOW_RATE / ENV_RATE  # low-band samples per envelope value
-    lo, hi = (m.shaft_hz * k for k in SPEED_RANGE)
+    lo, hi = (m.shaft_hz * k for k in SPEED_RANGE)  # the range evaluate --known-orders gives
     return np.array([shaft_hz(low[int((e - SEGMENT) * per) : int(e * per)], lo, hi)
                      for e in ends])  # fmt: skip
 
@@ -145,7 +128,7 @@ def _one(job: tuple[int, int, int, int, str, float, str]) -> tuple[int, int, Hel
     if enrol_day != day:
         se = recording(seed, i, enrol_day)
         enrol = (envelopes(se.audio.astype(np.float64), CREST_BANDS), speeds_of(se, ends, speed))
-    orders = [bearing_given(st, given).defect_hz(f, 1.0) for f in FAULTS]
+    orders = list(bearing_given(st, given).orders())
     return seed, i, variants(env, speeds_of(st, ends, speed), orders, tol, enrol)
 
 

@@ -20,6 +20,7 @@ from rtgate.apps.guard.orders import (
     BACKSTOP,
     HARMONICS,
     ORDERS_MARGIN,
+    SEGMENT,
     BearingOrders,
     OrdersProfile,
     known_combs,
@@ -203,6 +204,18 @@ def test_a_station_with_orders_needs_its_audio(profile: LinesProfile) -> None:
 def test_bad_orders_are_refused(orders: str, shaft: str, match: str) -> None:
     with pytest.raises(InvalidRequest, match=match):
         BearingOrders.parse(orders, shaft)
+
+
+def test_a_drive_s_range_and_a_catalogue_s_orders() -> None:
+    from rtgate.apps.guard.simulate import FAULTS, Bearing
+
+    b = Bearing("6205", 9, 7.94, 39.04)
+    assert b.orders() == tuple(b.defect_hz(f, 1.0) for f in FAULTS)
+    got = BearingOrders.around(b.orders(), 30.0)
+    assert (got.shaft_lo, got.shaft_hi) == pytest.approx((27.0, 42.0))
+    fast = BearingOrders.around((2.0,), 100.0)  # 140 Hz is past what the speed is read to
+    assert fast.shaft_hi == pytest.approx(700.0 / 6)
+    assert SEGMENT == WINDOWS * N_SUB  # the comb's bins are the lines' segment's
 
 
 def test_parse_reads_a_catalogue_line() -> None:

@@ -375,8 +375,6 @@ def _enrol_fleet(
     (format /10, ``orders.py``)."""
     from rtgate.apps.guard.enrol import Recording, Source, fit
     from rtgate.apps.guard.orders import BearingOrders
-    from rtgate.apps.guard.simulate import FAULTS
-    from rtgate.apps.guard.speed import HARMONICS, TOP_HZ
 
     wf, det, made = WindowFeatures(), Detector(model, n_streams=1), {}
     for j in sorted(set(fleet.clip_of.tolist())):
@@ -392,12 +390,8 @@ def _enrol_fleet(
         src = Source(f"motor {j}", "simulated", RATE, seconds=len(f) * HOP / RATE)
         rms = float(np.std(clip.audio))
         rec = Recording(f, s, [(0, len(f))], [src], rms, r, lg, clip.audio, env)
-        bearing = None
-        if known_orders:
-            m = clip.motor
-            hi = min(1.4 * m.shaft_hz, TOP_HZ / HARMONICS)
-            orders = tuple(m.bearing.defect_hz(k, 1.0) for k in FAULTS)
-            bearing = BearingOrders(orders, 0.9 * m.shaft_hz, hi)
+        m = clip.motor
+        bearing = BearingOrders.around(m.bearing.orders(), m.shaft_hz) if known_orders else None
         made[j] = fit(f"motor{j}", rec, accept_stops=True, bearing=bearing).enrolment
     return [made[int(j)] for j in fleet.clip_of]
 

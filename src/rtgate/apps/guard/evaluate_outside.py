@@ -68,7 +68,6 @@ from rtgate.apps.guard.outside import (
     make_stations,
 )
 from rtgate.apps.guard.rules import Rule, Rules
-from rtgate.apps.guard.simulate import FAULTS
 from rtgate.core.errors import InvalidRequest
 
 __all__ = ["STRONG_DB", "bearing_of", "enrolled_on_day", "evaluate_outside"]
@@ -188,8 +187,7 @@ def bearing_of(station: Station) -> BearingOrders:
     simulator's geometry, as a catalogue prints it) and 0.9-1.4 x its nominal shaft speed
     (a drive's range)."""
     m = station.machine
-    orders = tuple(m.bearing.defect_hz(f, 1.0) for f in FAULTS)
-    return BearingOrders(orders, m.shaft_hz * SPEED_RANGE[0], m.shaft_hz * SPEED_RANGE[1])
+    return BearingOrders.around(m.bearing.orders(), m.shaft_hz, *SPEED_RANGE)
 
 
 def evaluate_outside(

@@ -376,20 +376,16 @@ def lines_profile(
         return None
     reference, top = _fit(runs)
     means = [averaged(r) for r in runs]
-    speeds = None if bearing is None else _speeds(audio, len(env), spans, bearing)
-    if sum(len(m) for m in means) < MIN_SEGMENTS:  # too short for the mean: segments only
-        known = None
-        if bearing is not None and speeds is not None:
-            known = _orders_fit(runs, reference, speeds, bearing, None)
-        return LinesProfile(reference, top, len(spectra), hold=HOLD, orders=known)
-    mean_reference, mean_top = _fit(means)
     n_means = sum(len(m) for m in means)
+    mean = _fit(means) if n_means >= MIN_SEGMENTS else None  # too short: segments only
     known = None
-    if bearing is not None and speeds is not None:
-        known = _orders_fit(runs, reference, speeds, bearing, (means, mean_reference))
-    return LinesProfile(
-        reference, top, len(spectra), mean_reference, mean_top, n_means, HOLD, known
-    )
+    if bearing is not None:
+        speeds = _speeds(audio, len(env), spans, bearing)
+        meant = None if mean is None else (means, mean[0])
+        known = _orders_fit(runs, reference, speeds, bearing, meant)
+    if mean is None:
+        return LinesProfile(reference, top, len(spectra), hold=HOLD, orders=known)
+    return LinesProfile(reference, top, len(spectra), *mean, n_means, HOLD, known)
 
 
 def _speeds(
@@ -574,8 +570,9 @@ class Lines:
         if e.shape != (len(idx), len(CREST_BANDS), N_SUB):
             raise InvalidRequest(f"envelope must be ({len(idx)}, {len(CREST_BANDS)}, {N_SUB})")
         heard = self._heard[idx]
-        self._orders.keep(idx, heard % WINDOWS, audio)
-        self._ring[idx, heard % WINDOWS] = e
+        pos = heard % WINDOWS
+        self._orders.keep(idx, pos, audio)
+        self._ring[idx, pos] = e
         heard = heard + 1
         self._heard[idx] = heard
         due = self.active[idx] & (heard >= WINDOWS) & (heard % STEP == self._phase[idx])

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rtgate.apps.guard.features import HOP, N_SUB, RATE
 from rtgate.apps.guard.speed import HARMONICS as SPEED_HARMONICS
 from rtgate.apps.guard.speed import TOP_HZ, low_band, shaft_hz
 from rtgate.core.errors import ConfigError, InvalidRequest
@@ -64,8 +65,8 @@ TOL = 0.02  # a rate within 2 % of order x the read speed
 HARMONICS = 3
 MAX_ORDERS = 8
 MIN_RATE_HZ = 2.0  # a defect rate under this is not a comb over 1.28 s
-ENV_RATE = 1600.0  # the lines' envelope samples per second (lines._RATE)
-SEGMENT = 2048  # envelope samples a segment (lines._T)
+ENV_RATE = RATE / (HOP // N_SUB)  # the lines' envelope samples per second (1,600)
+SEGMENT = 2048  # envelope samples a segment (lines.WINDOWS * N_SUB; a test holds them equal)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,14 @@ class BearingOrders:
                     f"{v * lo:.1f}-{v * hi:.1f} Hz; the envelope's comb is read from "
                     f"{MIN_RATE_HZ:g} to {nyquist:.0f} Hz"
                 )
+
+    @classmethod
+    def around(
+        cls, orders: Sequence[float], shaft_hz: float, low: float = 0.9, high: float = 1.4
+    ) -> BearingOrders:
+        """``orders`` on a shaft of ``low``-``high`` x a nominal ``shaft_hz`` (a drive's
+        range), the top kept where the speed can be read."""
+        return cls(tuple(orders), shaft_hz * low, min(shaft_hz * high, TOP_HZ / SPEED_HARMONICS))
 
     @classmethod
     def parse(cls, orders: str, shaft_hz: str) -> BearingOrders:
@@ -140,15 +149,16 @@ def segment_speed(audio: npt.ArrayLike, rate: int, bearing: BearingOrders) -> fl
 class _Rates:
     """Per order, the bins a comb is read at for a given speed (cached by bin window)."""
 
-    def __init__(self, bins: int) -> None:
+    def __init__(self, bins: int, tol: float) -> None:
         self.bins = bins
-        self.df = ENV_RATE / SEGMENT
+        self.df = ENV_RATE / (2 * (bins - 1))  # the bins of a real FFT of the segment
+        self.tol = tol
 
     def index(self, rate: float) -> tuple[npt.NDArray[np.int64], F32]:
         """The candidate bins' harmonics ``(cands, HARMONICS)`` (past the end: clipped) and
         their weights (1 / ``HARMONICS``, 0 past the end)."""
-        k0 = int(rate * (1 - TOL) / self.df)
-        k1 = int(np.ceil(rate * (1 + TOL) / self.df))
+        k0 = int(rate * (1 - self.tol) / self.df)
+        k1 = int(np.ceil(rate * (1 + self.tol) / self.df))
         ks = np.arange(k0, k1 + 1)
         idx = ks[:, None] * np.arange(1, HARMONICS + 1)[None, :]
         fits = idx <= self.bins - 2
@@ -157,12 +167,16 @@ class _Rates:
 
 
 def known_combs(
-    new: npt.ArrayLike, speeds: Sequence[float], orders: Sequence[Sequence[float]]
+    new: npt.ArrayLike,
+    speeds: Sequence[float],
+    orders: Sequence[Sequence[float]],
+    tol: float = TOL,
 ) -> F32:
-    """Per row and band, the best comb at the row's ``orders`` times its speed: ``new``
-    ``(rows, bands, bins)`` (``lines.new_lines``) -> ``(rows, bands)``."""
+    """Per row and band, the best comb at the row's ``orders`` times its speed (each rate
+    within ``tol``): ``new`` ``(rows, bands, bins)`` (``lines.new_lines``) -> ``(rows,
+    bands)``."""
     x = np.asarray(new, np.float32)
-    rates = _Rates(x.shape[-1])
+    rates = _Rates(x.shape[-1], tol)
     out = np.full(x.shape[:2], -np.inf, np.float32)
     for r, (f0, row_orders) in enumerate(zip(speeds, orders, strict=True)):
         for order in row_orders:

@@ -84,6 +84,11 @@ class Bearing:
         """Fundamental train (cage) frequency."""
         return fr / 2 * (1 - self._r)
 
+    def orders(self) -> tuple[float, ...]:
+        """Its defect orders (per shaft revolution), one per fault of :data:`FAULTS`, as a
+        catalogue prints them: what ``guard enroll --orders`` takes."""
+        return tuple(self.defect_hz(f, 1.0) for f in FAULTS)
+
     def defect_hz(self, fault: Fault, fr: float) -> float:
         """Impact rate of a defect of kind ``fault``."""
         if fault == "outer":
