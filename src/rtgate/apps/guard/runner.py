@@ -159,7 +159,15 @@ def guard_until_done(
     worker = None
     try:
         start()
-        worker = ExplainProcess(cfg).start(wait=False)  # the stop path does not wait for it
+        # the stop path does not wait for the child; but a signal waits until it is spawned:
+        # cut while the spawn writes the child's start-up data, the child would die on a
+        # half-read pipe with a traceback (seen in the SIGTERM test, session 35)
+        shutdown.deferred = True
+        try:
+            worker = ExplainProcess(cfg).start(wait=False)
+        finally:
+            shutdown.deferred = False
+        shutdown.check()
         guard.on_stop = worker.offer
         guard.warm_up(4)  # again: connecting may have left it idle for seconds
         guard_loop(guard, windows, shutdown, on_stop)
