@@ -191,7 +191,7 @@ def test_slow_range_writes_format_5_and_scan_says_so(
     assert json.loads((tmp_path / "M7.json").read_text())["format"] == "rtgate-guard-enrolment/3"
 
 
-def test_a_bearing_s_orders_write_format_10_and_scan_decides_with_them(
+def test_a_bearing_s_orders_write_format_11_and_scan_decides_with_them(
     odd_recording: tuple[Path, Path], tmp_path: Path
 ) -> None:
     enrol, later = odd_recording
@@ -201,10 +201,10 @@ def test_a_bearing_s_orders_write_format_10_and_scan_decides_with_them(
     res = _enroll(*args, str(enrol))
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "M7.json").read_text())
-    assert doc["format"] == "rtgate-guard-enrolment/10"
+    assert doc["format"] == "rtgate-guard-enrolment/11"
     known = doc["model"]["lines"]["orders"]
     assert known["orders"] == pytest.approx(orders, abs=1e-4) and known["shaft_hz"] == [7.0, 9.5]
-    assert len(known["top"]) == len(known["mean_top"]) == 3
+    assert len(known["top"]) == len(known["mean_top"]) == len(known["single_top"]) == 3
     out, _ = _scan(later, "M7", tmp_path)  # the same motor, healthy: decided with the orders
     assert out["stops"] == []
     assert out["enrolment"]["bearing_orders"]["shaft_hz"] == [7.0, 9.5]

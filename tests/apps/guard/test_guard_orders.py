@@ -136,6 +136,10 @@ def _enrolment(profile: LinesProfile, logit: dict[str, float] | None = None) -> 
 
 
 def test_the_orders_round_trip_through_an_enrolment(profile: LinesProfile) -> None:
+    # session 35's file: no single evaluation's tops (format /11 adds them:
+    # test_guard_strong.py)
+    assert profile.orders is not None
+    profile = replace(profile, orders=replace(profile.orders, single_top=None))
     e = _enrolment(profile)
     text = e.to_json()
     doc = json.loads(text)

@@ -124,6 +124,7 @@ __all__ = [
     "FORMAT_MODEL",
     "FORMAT_SLOW",
     "FORMAT_STEADY",
+    "FORMAT_STRONG",
     "GATE_HIGH",
     "GATE_LOW",
     "LINES_HEARING",
@@ -159,7 +160,8 @@ FORMAT_LINES = "rtgate-guard-enrolment/7"  # /7: /6 and the envelope's lines (li
 FORMAT_MEAN = "rtgate-guard-enrolment/8"  # /8: /7 and the lines' mean over 5.12 s
 FORMAT_HELD = "rtgate-guard-enrolment/9"  # /9: /7 or /8, tops for a comb held at one rate
 FORMAT_ORDERS = "rtgate-guard-enrolment/10"  # /10: /9 and the bearing's orders (orders.py)
-_HELD = (FORMAT_HELD, FORMAT_ORDERS)
+FORMAT_STRONG = "rtgate-guard-enrolment/11"  # /11: /10 and the strong comb's tops (orders)
+_HELD = (FORMAT_HELD, FORMAT_ORDERS, FORMAT_STRONG)
 _LINED = (FORMAT_LINES, FORMAT_MEAN, *_HELD)  # the formats with each part
 _STEADIED = (FORMAT_STEADY, *_LINED)
 _SLOWED = (FORMAT_SLOW, *_STEADIED)
@@ -174,6 +176,7 @@ FORMATS = (
     FORMAT_MEAN,
     FORMAT_HELD,
     FORMAT_ORDERS,
+    FORMAT_STRONG,
 )
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
@@ -371,14 +374,17 @@ class Enrolment:
             out["envelope_lines"] = True
             out["envelope_lines_mean"] = self.lines.mean_reference is not None
             out["envelope_lines_hold"] = self.lines.hold
-            if self.lines.orders is not None:  # format /10
+            if self.lines.orders is not None:  # formats /10 and /11
                 out["bearing_orders"] = self.lines.orders.bearing.record()
+                out["strong_comb"] = self.lines.orders.single_top is not None
         return out
 
     def to_json(self) -> str:
         """The file's text: format /3, /4 with a station model, /5 with the slow range, /6
         with the median's range too, /7 with the envelope's lines too, /8 with their mean, /9
-        with their tops for a comb held at one rate (what ``enroll`` writes)."""
+        with their tops for a comb held at one rate (what ``enroll`` writes), /10 with a
+        bearing's orders, /11 with the strong comb's tops at them (what ``enroll --orders``
+        writes)."""
         fmt = FORMAT if self.station_model is None else FORMAT_MODEL
         if self.slow_scale is not None:
             fmt = FORMAT_SLOW if self.persist_scale is None else FORMAT_STEADY
@@ -386,6 +392,8 @@ class Enrolment:
             fmt = FORMAT_LINES if self.lines.mean_reference is None else FORMAT_MEAN
             if self.lines.hold > 1:
                 fmt = FORMAT_HELD if self.lines.orders is None else FORMAT_ORDERS
+            if self.lines.orders is not None and self.lines.orders.single_top is not None:
+                fmt = FORMAT_STRONG
         doc: dict[str, Any] = {
             "format": fmt,
             "station": self.station,
@@ -470,10 +478,17 @@ class Enrolment:
                     f"{where}: envelope lines {'without' if fmt in _HELD else 'with'} "
                     f"tops for a held comb in a file of format {fmt}"
                 )
-            if (lines.orders is not None) != (fmt == FORMAT_ORDERS):
+            ordered = fmt in (FORMAT_ORDERS, FORMAT_STRONG)
+            if (lines.orders is not None) != ordered:
                 raise ConfigError(
-                    f"{where}: envelope lines {'without' if fmt == FORMAT_ORDERS else 'with'} "
+                    f"{where}: envelope lines {'without' if ordered else 'with'} "
                     f"a bearing's orders in a file of format {fmt}"
+                )
+            single = lines.orders is not None and lines.orders.single_top is not None
+            if single != (fmt == FORMAT_STRONG):
+                raise ConfigError(
+                    f"{where}: a bearing's orders {'without' if not single else 'with'} "
+                    f"the strong comb's tops in a file of format {fmt}"
                 )
             if lines.hold == 1 and (lines.mean_reference is None) != (fmt == FORMAT_LINES):
                 raise ConfigError(
@@ -584,6 +599,7 @@ class Baselines:
         persist: Sequence[float] | None = None,
         lines: Sequence[float] | None = None,
         orders: Sequence[float] | None = None,
+        strong: Sequence[float] | None = None,
     ) -> None:
         n = len(enrolments)
         self.enrolments = list(enrolments)
@@ -721,6 +737,21 @@ class Baselines:
         # given): BACKSTOP times its margin
         backstop = np.where(self.orders_margin > 0, np.float32(BACKSTOP), np.float32(1.0))
         self.lines_margin = (self.lines_margin * backstop).astype(np.float32)
+        # the strong comb at the known orders (format /11; orders.py): one evaluation's comb,
+        # not held, over the highest one evaluation of the healthy recording reached; where
+        # the orders watch, twice the margin where the detector hears, as theirs
+        sm = np.zeros(n, np.float32) if strong is None else np.asarray(strong, np.float32)
+        if sm.shape != (n,):
+            raise InvalidRequest(f"{len(sm)} strong combs' margins for {n} stations")
+        single = np.array(
+            [e is not None and e.lines is not None and e.lines.orders is not None
+             and e.lines.orders.single_top is not None for e in enrolments], dtype=bool,
+        )  # fmt: skip
+        self.strong_margin = np.where(
+            single & (self.orders_margin > 0),
+            np.where(self.deaf, sm, sm * np.float32(LINES_HEARING)),
+            0.0,
+        ).astype(np.float32)
         self.lines_clause = bool((self.lines_margin > 0).any() or (self.orders_margin > 0).any())
         # the stations' envelope lines, stepped after each tick (``step_lines``); their mean
         # over 5.12 s only where the detector is deaf: it also hears a lasting difference
@@ -732,6 +763,7 @@ class Baselines:
                 self.lines_margin,
                 means=self.deaf,
                 orders_margins=self.orders_margin,
+                strong_margins=self.strong_margin,
             )
             if self.lines_clause
             else None

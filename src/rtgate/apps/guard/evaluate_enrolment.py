@@ -287,6 +287,7 @@ def _run(
         [r.persist for r in per],
         [r.lines for r in per],
         [r.orders for r in per],
+        [r.strong for r in per],
     )
     lined = np.zeros(n, dtype=bool)
     audio = None  # the scored part's windows, for the stations with known bearing orders

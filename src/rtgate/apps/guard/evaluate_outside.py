@@ -210,10 +210,11 @@ def evaluate_outside(
     day's healthy recording of its machine (``outside.make_station``'s ``day``) instead of
     the first part of the recording that is scored (0). ``known_orders``: enrol each station
     with its bearing's defect orders and 0.9-1.4 x its nominal shaft speed
-    (:func:`bearing_of`, format /10); the ways then decide with them (the rules' default
-    ``orders``; ``enrolled_accepting_stops_no_lines`` is then the orders without the
-    every-rate lines), and ``enrolled_accepting_stops_no_orders`` (the same enrolments, the
-    orders off: the decision as it was) is added."""
+    (:func:`bearing_of`, format /11); the ways then decide with them (the rules' default
+    ``orders`` and ``strong``; ``enrolled_accepting_stops_no_lines`` is then the orders
+    without the every-rate lines), and two ways are added on the same enrolments:
+    ``enrolled_accepting_stops_no_strong`` (the orders without their strong comb: Session
+    35's decision) and ``enrolled_accepting_stops_no_orders`` (the orders off)."""
     if n_stations < 10 or enrol_s < 30 or score_s < 6:
         raise InvalidRequest("need >= 10 stations, enrol_s >= 30 and score_s >= 6")
     if baseline not in (None, "dcase2020"):
@@ -248,6 +249,7 @@ def evaluate_outside(
     ways["enrolled_accepting_stops_rhythm"] = (list(fitted), Rules(Rule(rhythm=RHYTHM_MARGIN)))
     if known_orders:  # the decision without them, beside; ..._no_lines is the orders alone
         ways["enrolled_accepting_stops_no_orders"] = (list(fitted), Rules(Rule(orders=0)))
+        ways["enrolled_accepting_stops_no_strong"] = (list(fitted), Rules(Rule(strong=0)))
     if station_model:
         ways["enrolled_station_model"] = (
             [None if e.general.get("stops") else e for e in own],

@@ -59,7 +59,9 @@ delays a window's end -> stop. It only adds hits, and only on enrolled stations 
 
 A station enrolled with its bearing's defect orders (format /10) is also watched at those
 orders alone, the shaft speed read from the same 1.28 s of its sound (``orders.py``): each
-evaluation's statistic is then the larger of the two clauses' over their own bars.
+evaluation's statistic is then the larger of the two clauses' over their own bars. With
+format /11 the comb at the orders is also taken unheld, over a bar of its own (the strong
+comb, ``orders.py``): over it on ``orders.STRONG_CONSECUTIVE`` evaluations in a row, a hit.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ import numpy.typing as npt
 from rtgate.apps.guard.features import CREST_BANDS, HOP, N_SUB, RATE
 from rtgate.apps.guard.orders import (
     ORDERS_MARGIN,
+    STRONG_CONSECUTIVE,
     BearingOrders,
     OrdersProfile,
     fitted_top,
@@ -416,11 +419,13 @@ def _orders_fit(
 ) -> OrdersProfile | None:
     """The known orders' tops of healthy spectra (one array per run), the mean's too when
     ``mean`` (the runs' means and their reference) is given; None when no run holds."""
-    top = fitted_top([new_lines(r, reference) for r in runs], speeds, bearing, HOLD)
+    news = [new_lines(r, reference) for r in runs]
+    top = fitted_top(news, speeds, bearing, HOLD)
+    single = fitted_top(news, speeds, bearing, 1)  # the strong comb's: one evaluation's
     if top is None:
         return None
     if mean is None:
-        return OrdersProfile(bearing, top)
+        return OrdersProfile(bearing, top, single_top=single)
     means, mean_reference = mean
     skip = _SPAN - 1  # the mean's first evaluation is the run's _SPAN-th: its speed
     mean_top = fitted_top(
@@ -430,8 +435,8 @@ def _orders_fit(
         HOLD,
     )
     if mean_top is None:
-        return OrdersProfile(bearing, top)
-    return OrdersProfile(bearing, top, mean_top)
+        return OrdersProfile(bearing, top, single_top=single)
+    return OrdersProfile(bearing, top, mean_top, single)
 
 
 def _fit(runs: Sequence[F32]) -> tuple[F32, float]:
@@ -467,6 +472,7 @@ class Lines:
         margins: Sequence[float] | npt.ArrayLike | None = None,
         means: Sequence[bool] | npt.ArrayLike | None = None,
         orders_margins: Sequence[float] | npt.ArrayLike | None = None,
+        strong_margins: Sequence[float] | npt.ArrayLike | None = None,
     ) -> None:
         n = len(profiles)
         use_mean = np.ones(n, dtype=bool) if means is None else np.asarray(means, dtype=bool)
@@ -482,6 +488,13 @@ class Lines:
         )
         if om.shape != (n,):
             raise InvalidRequest(f"{len(om)} known orders' margins for {n} stations")
+        sm = (
+            np.zeros(n, np.float32)
+            if strong_margins is None
+            else np.asarray(strong_margins, np.float32)
+        )
+        if sm.shape != (n,):
+            raise InvalidRequest(f"{len(sm)} strong combs' margins for {n} stations")
         self.n_streams = n
         nb = len(CREST_BANDS)
         every = np.array(
@@ -537,11 +550,12 @@ class Lines:
         self._combs.fill(0.0)
         self._mean_combs = np.empty((len(mean_refs), max(HOLD - 1, 1), nb, rates), np.float32)
         self._mean_combs.fill(0.0)
-        self._orders = _Known(profiles, self.known, om, use_mean)
+        self._orders = _Known(profiles, self.known, om, use_mean, sm)
         self._evals = np.zeros(n, np.int64)
         self._heard = np.zeros(n, np.int64)
         self._phase = np.arange(n) % STEP
         self._run = np.zeros(n, np.int64)
+        self._strong_run = np.zeros(n, np.int64)
         self.hot = np.zeros(n, dtype=bool)
         self.last = np.full(n, -np.inf, np.float32)
         self.speed = np.full(n, np.nan, np.float32)  # the last shaft speed read (known orders)
@@ -552,6 +566,7 @@ class Lines:
         self._heard[sel] = 0
         self._evals[sel] = 0
         self._run[sel] = 0
+        self._strong_run[sel] = 0
         self.hot[sel] = False
         self.last[sel] = -np.inf
         self.speed[sel] = np.nan
@@ -590,9 +605,12 @@ class Lines:
             speeds = self._orders.speeds(rows_due, start)
             self.speed[rows_due] = np.where(np.isnan(speeds), self.speed[rows_due], speeds)
             known = ~np.isnan(speeds)
+            strong = np.full(len(rows_due), -np.inf, np.float32)
             if known.any():
-                by_orders = self._orders.over(rows_due[known], new[known], speeds[known],
-                                              evals[known], mean=False)  # fmt: skip
+                rk = rows_due[known]
+                by_orders, strong[known] = self._orders.over(
+                    rk, new[known], speeds[known], evals[known], mean=False
+                )
                 over[known] = np.maximum(over[known], by_orders)
             kept = slot >= 0
             self._spectra[slot[kept], evals[kept] % _SPAN] = spectra[kept]
@@ -611,14 +629,16 @@ class Lines:
                 by_mean -= self.mean_bar[rows_full]
                 mk = known[full] & self._orders.meaned[rows_full]
                 if mk.any():
-                    by_known = self._orders.over(rows_full[mk], mnew[mk], speeds[full][mk],
-                                                 count[mk], mean=True)  # fmt: skip
+                    by_known, _ = self._orders.over(rows_full[mk], mnew[mk], speeds[full][mk],
+                                                    count[mk], mean=True)  # fmt: skip
                     by_mean[mk] = np.maximum(by_mean[mk], by_known)
                 over[full] = np.maximum(over[full], by_mean)
             self.last[rows_due] = over
             run = np.where(over >= 0, self._run[rows_due] + 1, 0)
             self._run[rows_due] = run
-            self.hot[rows_due] = run >= CONSECUTIVE
+            strong_run = np.where(strong >= 0, self._strong_run[rows_due] + 1, 0)
+            self._strong_run[rows_due] = strong_run
+            self.hot[rows_due] = (run >= CONSECUTIVE) | (strong_run >= STRONG_CONSECUTIVE)
         out: npt.NDArray[np.bool_] = self.hot[idx].copy()
         return out
 
@@ -646,6 +666,7 @@ class _Known:
         known: npt.NDArray[np.bool_],
         margins: npt.NDArray[np.float32],
         use_mean: npt.NDArray[np.bool_],
+        strong_margins: npt.NDArray[np.float32],
     ) -> None:
         n, nb = len(profiles), len(CREST_BANDS)
         self.slot = np.where(known, np.cumsum(known) - 1, -1)
@@ -653,6 +674,7 @@ class _Known:
         self.bearings: list[BearingOrders] = []
         self.bar = np.full((k, nb), np.inf, np.float32)
         self.mean_bar = np.full((k, nb), np.inf, np.float32)
+        self.strong_bar = np.full((k, nb), np.inf, np.float32)  # inf: no strong comb
         self.meaned = np.zeros(n, dtype=bool)
         for i, p in enumerate(profiles):
             if not known[i] or p is None or p.orders is None:
@@ -660,6 +682,8 @@ class _Known:
             o, s = p.orders, int(self.slot[i])
             self.bearings.append(o.bearing)
             self.bar[s] = o.top + margins[i]
+            if o.single_top is not None and strong_margins[i] > 0:
+                self.strong_bar[s] = o.single_top + strong_margins[i]
             if o.mean_top is not None and use_mean[i]:
                 self.mean_bar[s] = o.mean_top + margins[i]
                 self.meaned[i] = True
@@ -697,10 +721,12 @@ class _Known:
         return out
 
     def over(self, rows: npt.NDArray[np.int64], new: F32, speeds: F32,
-             count: npt.NDArray[np.int64], *, mean: bool) -> F32:  # fmt: skip
+             count: npt.NDArray[np.int64], *, mean: bool) -> tuple[F32, F32]:  # fmt: skip
         """The rows' held statistic at their known orders over their bars (the largest
-        band's; -inf before the ``HOLD``-th evaluation): ``new`` their new lines, ``count``
-        which evaluation this is (from 0) of the segment's or (``mean``) the mean's."""
+        band's; -inf before the ``HOLD``-th evaluation), and this evaluation's own over the
+        strong comb's bars (-inf for the ``mean`` and where there is none): ``new`` their
+        new lines, ``count`` which evaluation this is (from 0) of the segment's or
+        (``mean``) the mean's."""
         s = self.slot[rows]
         stat = known_combs(new, speeds.tolist(), [self.bearings[int(k)].orders for k in s])
         ring = self.mean_held if mean else self.held
@@ -711,7 +737,10 @@ class _Known:
         bar = self.mean_bar if mean else self.bar
         out: F32 = (cur - bar[s]).max(axis=1)
         out[count + 1 < HOLD] = -np.inf
-        return out
+        if mean:
+            return out, np.full(len(rows), -np.inf, np.float32)
+        single: F32 = (stat - self.strong_bar[s]).max(axis=1)
+        return out, single
 
 
 def _held_step(acc: F32, ring: F32, keys: npt.NDArray[np.int64], count: npt.NDArray[np.int64],

@@ -30,6 +30,17 @@ scored recording and on another day's, through the whole decision (docs/guard.md
 35). The every-rate clause stays beside it as a backstop, at :data:`BACKSTOP` times its
 margin (where it stopped no healthy station on those seeds that the orders did not): a wrong
 bearing typed in makes this clause deaf, not noisy.
+
+**The strong comb** (format /11, session 36). The hold makes every comb wait four
+evaluations (0.96 s) and two in a row more, so a loud defect's comb, there from its first
+segment or two, was stopped 1.6 s after its onset at the median. Beside the held statistic,
+each evaluation's own (the same comb, not held) is compared with its own top (per band, the
+highest one evaluation of the healthy recording reached: ``OrdersProfile.single_top``) plus
+the rule's ``strong`` margin (:data:`STRONG_MARGIN`, twice it where the detector hears); over
+it on :data:`STRONG_CONSECUTIVE` evaluations in a row, a hit. Picked on the same validation
+runs: no healthy station stopped that the orders did not stop already, the median onset ->
+stop 1.6 -> 1.2 s; at every rate no margin gained without stopping healthy stations, so the
+strong comb is at the known orders only (docs/guard.md, Session 36).
 """
 
 from __future__ import annotations
@@ -51,6 +62,8 @@ __all__ = [
     "HARMONICS",
     "MAX_ORDERS",
     "ORDERS_MARGIN",
+    "STRONG_CONSECUTIVE",
+    "STRONG_MARGIN",
     "TOL",
     "BearingOrders",
     "OrdersProfile",
@@ -61,6 +74,8 @@ __all__ = [
 F32 = npt.NDArray[np.float32]
 ORDERS_MARGIN = 0.35  # the rules' default (four validation seeds, two days: docs/guard.md)
 BACKSTOP = 3.0  # the every-rate lines' margin times this on a station with known orders
+STRONG_MARGIN = 1.0  # the strong comb's: the rules' default (validation seeds: docs/guard.md)
+STRONG_CONSECUTIVE = 2  # evaluations in a row over the strong comb's bar
 TOL = 0.02  # a rate within 2 % of order x the read speed
 HARMONICS = 3
 MAX_ORDERS = 8
@@ -206,17 +221,22 @@ def _tops(check: Sequence[float], bands: int, what: str) -> F32:
 @dataclass(frozen=True)
 class OrdersProfile:
     """A station's bearing and its healthy tops per band: ``top`` for one segment,
-    ``mean_top`` for the mean of four (None: the recording was too short for the mean)."""
+    ``mean_top`` for the mean of four (None: the recording was too short for the mean),
+    ``single_top`` for one segment's comb not held (the strong comb's, ``lines.py``; None:
+    an enrolment of format /10)."""
 
     bearing: BearingOrders
     top: F32
     mean_top: F32 | None = None
+    single_top: F32 | None = None
 
     def record(self) -> dict[str, Any]:
         out = {**self.bearing.record(), "tol": TOL, "harmonics": HARMONICS}
         out["top"] = [round(float(v), 4) for v in self.top]
         if self.mean_top is not None:
             out["mean_top"] = [round(float(v), 4) for v in self.mean_top]
+        if self.single_top is not None:
+            out["single_top"] = [round(float(v), 4) for v in self.single_top]
         return out
 
     @classmethod
@@ -233,7 +253,13 @@ class OrdersProfile:
             bearing = BearingOrders.from_record(data)
             top = _tops(data["top"], bands, "")
             mean = data.get("mean_top")
-            return cls(bearing, top, None if mean is None else _tops(mean, bands, "mean's "))
+            single = data.get("single_top")
+            return cls(
+                bearing,
+                top,
+                None if mean is None else _tops(mean, bands, "mean's "),
+                None if single is None else _tops(single, bands, "single evaluation's "),
+            )
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
         except (KeyError, TypeError, ValueError) as e:

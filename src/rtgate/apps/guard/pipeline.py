@@ -90,8 +90,17 @@ class Guard:
         persist = [self.rules.for_station(s).persist for s in self.stations]
         lines = [self.rules.for_station(s).lines for s in self.stations]
         orders = [self.rules.for_station(s).orders for s in self.stations]
+        strong = [self.rules.for_station(s).strong for s in self.stations]
         self.baselines = Baselines(
-            enrolments or [None] * n, novelty, rhythm, thresholds, slow, persist, lines, orders
+            enrolments or [None] * n,
+            novelty,
+            rhythm,
+            thresholds,
+            slow,
+            persist,
+            lines,
+            orders,
+            strong,
         )
         # the envelope's rhythm and lines, only when some station's rule and enrolment use them
         self.rhythm = Rhythm(n) if self.baselines.rhythm_clause else None
@@ -211,6 +220,7 @@ class Guard:
             own_persist = bool(np.isfinite(base.persist_threshold[d.index]))
             own_lines = float(base.lines_margin[d.index])  # the margins it applies (0: off)
             own_orders = float(base.orders_margin[d.index])
+            own_strong = float(base.strong_margin[d.index])
             rule = d.rule.describe(
                 d.instant,
                 d.novel,
@@ -220,6 +230,7 @@ class Guard:
                 own_persist,
                 own_lines,
                 own_orders,
+                own_strong,
             )
             msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, rule)
             ev = StopEvent(msg, self.topics[d.index], d.index, np.zeros(0, np.float32), now)

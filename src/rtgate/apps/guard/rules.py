@@ -13,6 +13,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     persist = 6.0                 # enrolled stations (format /6): a steady rise this far (0: off)
     lines = 0.5                   # enrolled stations (format /7-/9): new envelope lines (0: off)
     orders = 0.35                 # enrolled with its bearing's orders (/10): a comb there (0: off)
+    strong = 1.0                  # (/11) one evaluation's comb there, twice (0: off)
     cooldown_s = 10.0             # no second stop from a station within this time
     topic = "rtgate/guard/{station}/stop"
 
@@ -58,6 +59,7 @@ _FIELDS = {
     "persist",
     "lines",
     "orders",
+    "strong",
     "cooldown_s",
     "topic",
     "name",
@@ -137,6 +139,15 @@ class Rule:
     turns it off. On by default at ``orders.ORDERS_MARGIN`` (docs/guard.md, Session 35).
     Where it watches, the ``lines`` clause is a backstop (a wrong bearing given makes the
     orders deaf) at ``orders.BACKSTOP`` times its margin.
+
+    ``strong``: for a station the ``orders`` clause watches whose enrolment has the strong
+    comb's tops (format /11, what ``guard enroll --orders`` writes from session 36 on), a
+    window is a hit as well when one evaluation's comb at its bearing's orders, not held
+    over four, rises this margin over the highest one evaluation of the healthy recording
+    reached, on ``orders.STRONG_CONSECUTIVE`` (2) evaluations in a row; twice it where the
+    detector hears; 0 turns it off. A loud defect's comb is there within an evaluation or
+    two, and the hold made it wait 0.96 s more. On by default at ``orders.STRONG_MARGIN``
+    (docs/guard.md, Session 36); files of formats /1-/10 decide as before it.
     """
 
     threshold: float = 0.92
@@ -150,6 +161,7 @@ class Rule:
     persist: float = 6.0  # baseline.PERSIST_BAR
     lines: float = 0.5  # lines.LINES_MARGIN
     orders: float = 0.35  # orders.ORDERS_MARGIN
+    strong: float = 1.0  # orders.STRONG_MARGIN
     cooldown_s: float = 10.0
     topic: str = "rtgate/guard/{station}/stop"
     name: str = "default"
@@ -185,6 +197,9 @@ class Rule:
         od = self.orders
         if not (isinstance(od, int | float) and 0.0 <= od <= 20.0):
             raise ConfigError(f"orders must be 0 (off) or a margin in (0, 20], got {od!r}")
+        sg = self.strong
+        if not (isinstance(sg, int | float) and 0.0 <= sg <= 20.0):
+            raise ConfigError(f"strong must be 0 (off) or a margin in (0, 20], got {sg!r}")
         cd = self.cooldown_s
         if not (isinstance(cd, int | float) and math.isfinite(cd) and cd >= 0):
             raise ConfigError(f"cooldown_s must be a finite number >= 0, got {cd!r}")
@@ -209,16 +224,17 @@ class Rule:
         persist: bool = False,
         lines: bool | float = False,
         orders: bool | float = False,
+        strong: bool | float = False,
     ) -> str:
         """The rule (its k-of-n clause, or with ``instant`` its one-window clause) as it
         appears in a stop message; with ``novel``, the k-of-n clause with the station's own
         hits: novelty (when the rule has it), with ``rhythm`` (the station's enrolment
         measured its rhythm) the rhythm, with ``own`` its own model (format /4), and with
         ``slow`` its slow range (format /5), with ``persist`` its median's range (/6), with
-        ``lines`` its envelope lines (/7), with ``orders`` its bearing's orders (/10); a
-        number for ``lines`` or ``orders`` is the margin the station applies (its hearing
-        detector doubles the rule's, its orders make the lines a backstop), shown instead
-        of the rule's."""
+        ``lines`` its envelope lines (/7), with ``orders`` its bearing's orders (/10), with
+        ``strong`` its strong comb (/11); a number for ``lines``, ``orders`` or ``strong``
+        is the margin the station applies (its hearing detector doubles the rule's, its
+        orders make the lines a backstop), shown instead of the rule's."""
         if instant:
             return f"{self.name}: score>={self.instant_at:g} in 1 window"
         hit = f"score>={self.threshold:g}"
@@ -238,6 +254,9 @@ class Rule:
         if novel and orders and self.orders:
             at = self.orders if isinstance(orders, bool) else orders
             hit += f" or a comb at its bearing's orders>=own max+{at:.3g}"
+        if novel and orders and self.orders and strong and self.strong:
+            at = self.strong if isinstance(strong, bool) else strong
+            hit += f" or one evaluation's comb there>=own max+{at:.3g} twice"
         return f"{self.name}: {hit} in {self.k} of {self.n} windows"
 
     def topic_for(self, station: str) -> str:
