@@ -2,7 +2,14 @@
 the sound catches a faint defect at an order, follows the shaft when it runs faster, stays
 quiet on the healthy station and on a defect at rates its bearing cannot strike at (deaf,
 not noisy); the orders round-trip through an enrolment of format /10; bad orders, ranges and
-calls are refused with a clear error."""
+calls are refused with a clear error.
+
+The strong comb (format /11): one evaluation's comb at the orders, not held over four,
+``strong`` over the highest one evaluation of the healthy recording reached, on two
+evaluations in a row, is a hit. A loud defect at an order then stops evaluations sooner than
+the held comb lets it; the healthy station stays under the bar; the tops round-trip through
+format /11, a file of format /10 loads with the clause off, and bad files and rules are
+refused with a clear error."""
 
 from __future__ import annotations
 
@@ -13,7 +20,14 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from rtgate.apps.guard.baseline import FORMAT_HELD, FORMAT_ORDERS, Baselines, Enrolment
+from rtgate.apps.guard.baseline import (
+    FORMAT_HELD,
+    FORMAT_ORDERS,
+    FORMAT_STRONG,
+    LINES_HEARING,
+    Baselines,
+    Enrolment,
+)
 from rtgate.apps.guard.features import CREST_BANDS, HOP, N_FEATURES, N_SUB, WindowFeatures
 from rtgate.apps.guard.lines import WINDOWS, Lines, LinesProfile, lines_profile
 from rtgate.apps.guard.orders import (
@@ -21,6 +35,7 @@ from rtgate.apps.guard.orders import (
     HARMONICS,
     ORDERS_MARGIN,
     SEGMENT,
+    STRONG_MARGIN,
     BearingOrders,
     OrdersProfile,
     known_combs,
@@ -136,10 +151,8 @@ def _enrolment(profile: LinesProfile, logit: dict[str, float] | None = None) -> 
 
 
 def test_the_orders_round_trip_through_an_enrolment(profile: LinesProfile) -> None:
-    # session 35's file: no single evaluation's tops (format /11 adds them:
-    # test_guard_strong.py)
-    assert profile.orders is not None
-    profile = replace(profile, orders=replace(profile.orders, single_top=None))
+    # session 35's file: no strong comb's tops (format /11 adds them, below)
+    profile = _older(profile)
     e = _enrolment(profile)
     text = e.to_json()
     doc = json.loads(text)
@@ -243,3 +256,115 @@ def test_the_rule_names_the_orders_in_a_stop() -> None:
     assert "envelope lines" not in Rule().describe(novel=True, lines=0.0, orders=0.7)
     with pytest.raises(ConfigError, match="orders must be"):
         Rule(orders=-1)
+
+
+def _older(profile: LinesProfile) -> LinesProfile:
+    """``profile`` as an enrolment of format /10 had it: no strong comb's tops."""
+    assert profile.orders is not None
+    return replace(profile, orders=replace(profile.orders, single_top=None))
+
+
+def _first_strong(profile: LinesProfile, audio: F32, strong: float) -> int | None:
+    """The first window the orders alone (the every-rate comb off) make one station hot
+    on, with the strong comb at ``strong`` (0: off); None: never."""
+    env = _envelopes(audio)
+    clause = Lines([profile], [0.0], orders_margins=[ORDERS_MARGIN], strong_margins=[strong])
+    w = audio[: len(env) * HOP].reshape(len(env), HOP)
+    for t in range(len(env)):
+        if clause.step(env[t : t + 1], None, w[t : t + 1])[0]:
+            return t
+    return None
+
+
+def test_the_single_evaluation_tops_are_over_the_held_ones(profile: LinesProfile) -> None:
+    """A comb held over four evaluations is at most its least: per band, the top of one
+    evaluation is at least the held one."""
+    assert profile.orders is not None and profile.orders.single_top is not None
+    assert (profile.orders.single_top >= profile.orders.top).all()
+    assert (profile.orders.single_top > profile.orders.top).any()
+
+
+def test_a_loud_defect_at_an_order_stops_sooner_with_the_strong_comb(
+    profile: LinesProfile,
+) -> None:
+    """A defect 8 dB under the noise is hot evaluations before the held comb alone makes
+    it; the healthy station never is."""
+    loud = _machine(20.0, seed=3, defect_hz=BEARING.orders[0] * SHAFT, db=-8.0)
+    held = _first_strong(profile, loud, 0.0)
+    strong = _first_strong(profile, loud, STRONG_MARGIN)
+    assert held is not None and strong is not None
+    assert strong < held
+    healthy = _machine(20.0, seed=2)
+    assert _first_strong(profile, healthy, STRONG_MARGIN) is None
+
+
+def test_a_format_10_profile_leaves_the_strong_comb_off(profile: LinesProfile) -> None:
+    clause = Lines([_older(profile), profile], [0.5, 0.5], strong_margins=[1.0, 1.0])
+    bars = clause._orders.strong_bar
+    assert np.isinf(bars[0]).all()
+    assert profile.orders is not None and profile.orders.single_top is not None
+    assert bars[1] == pytest.approx(profile.orders.single_top + 1.0)
+    with pytest.raises(InvalidRequest, match="strong combs' margins"):
+        Lines([profile], [0.5], strong_margins=[1.0, 1.0])
+
+
+def test_the_strong_tops_round_trip_through_format_11(profile: LinesProfile) -> None:
+    e = _enrolment(profile)
+    doc = json.loads(e.to_json())
+    assert doc["format"] == FORMAT_STRONG
+    back = Enrolment.from_json(e.to_json())
+    assert back.lines is not None and back.lines.orders is not None
+    single = back.lines.orders.single_top
+    assert single is not None and profile.orders is not None
+    assert np.array_equal(single, profile.orders.single_top)  # type: ignore[arg-type]
+    assert back.id == e.id and back.summary()["strong_comb"] is True
+    # a file of session 35 (/10) loads and keeps its id; the strong comb is off for it
+    s35 = _enrolment(_older(profile))
+    doc10 = json.loads(s35.to_json())
+    assert doc10["format"] == FORMAT_ORDERS and s35.id != e.id
+    old = Enrolment.from_json(json.dumps(doc10)).lines
+    assert old is not None and old.orders is not None and old.orders.single_top is None
+    assert s35.summary()["strong_comb"] is False
+    with pytest.raises(ConfigError, match="without the strong comb's tops"):
+        Enrolment.from_json(json.dumps({**doc10, "format": FORMAT_STRONG}))
+    with pytest.raises(ConfigError, match="with the strong comb's tops"):
+        Enrolment.from_json(json.dumps({**doc, "format": FORMAT_ORDERS}))
+    lines = {k: v for k, v in doc["model"]["lines"].items() if k != "orders"}
+    no_orders = {**doc, "model": {**doc["model"], "lines": lines}}
+    with pytest.raises(ConfigError, match="without a bearing's orders"):
+        Enrolment.from_json(json.dumps(no_orders))
+    bad = json.loads(e.to_json())
+    bad["model"]["lines"]["orders"]["single_top"] = [1.0]
+    with pytest.raises(ConfigError, match="single evaluation's top"):
+        Enrolment.from_json(json.dumps(bad))
+
+
+def test_the_strong_margin_follows_the_orders(profile: LinesProfile) -> None:
+    """Twice the margin where the detector hears, as the orders'; 0 where the orders are
+    off or the file has no strong tops."""
+    t = float(np.log(0.92 / 0.08))
+    deaf = _enrolment(profile, {"max": t + 3.5, "p999": t + 3.0, "p99": t + 2.0, "p50": t})
+    hearing = _enrolment(profile, {"max": t - 1.5, "p999": t - 2.0, "p99": t - 4.0, "p50": t - 7})
+    ens = [deaf, hearing, _enrolment(_older(profile), dict(deaf.detector_logit))]
+    m = 0.75
+    base = Baselines(ens, persist=[6.0] * 3, lines=[0.5] * 3, orders=[ORDERS_MARGIN] * 3,
+                     strong=[m] * 3)  # fmt: skip
+    assert base.deaf.tolist() == [True, False, True]
+    assert base.strong_margin.tolist() == pytest.approx([m, m * LINES_HEARING, 0.0])
+    off = Baselines(ens, persist=[6.0] * 3, lines=[0.5] * 3, orders=[0.0] * 3, strong=[m] * 3)
+    assert off.strong_margin.tolist() == [0.0, 0.0, 0.0]
+    assert base.lines is not None and np.isfinite(base.lines._orders.strong_bar[:2]).all()
+    with pytest.raises(InvalidRequest, match="strong combs' margins"):
+        Baselines(ens, strong=[m])
+
+
+def test_the_rule_names_the_strong_comb_in_a_stop() -> None:
+    text = Rule().describe(novel=True, orders=0.7, strong=2.0)
+    assert "bearing's orders>=own max+0.7 or one evaluation's comb there>=own max+2 twice" in text
+    assert "one evaluation" not in Rule(strong=0).describe(novel=True, orders=0.7, strong=2.0)
+    assert "one evaluation" not in Rule().describe(novel=True, orders=0.7)
+    assert "one evaluation" not in Rule().describe(novel=True, strong=2.0)  # no orders
+    with pytest.raises(ConfigError, match="strong must be"):
+        Rule(strong=-1)
+    with pytest.raises(ConfigError, match="strong must be"):
+        Rule(strong=21)
