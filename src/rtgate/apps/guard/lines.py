@@ -79,7 +79,7 @@ from rtgate.apps.guard.orders import (
     STRONG_CONSECUTIVE,
     BearingOrders,
     OrdersProfile,
-    fitted_top,
+    fitted_tops,
     known_combs,
     segment_speed,
 )
@@ -420,19 +420,18 @@ def _orders_fit(
     """The known orders' tops of healthy spectra (one array per run), the mean's too when
     ``mean`` (the runs' means and their reference) is given; None when no run holds."""
     news = [new_lines(r, reference) for r in runs]
-    top = fitted_top(news, speeds, bearing, HOLD)
-    single = fitted_top(news, speeds, bearing, 1)  # the strong comb's: one evaluation's
+    top, single = fitted_tops(news, speeds, bearing, (HOLD, 1))  # held, the strong comb's
     if top is None:
         return None
     if mean is None:
         return OrdersProfile(bearing, top, single_top=single)
     means, mean_reference = mean
     skip = _SPAN - 1  # the mean's first evaluation is the run's _SPAN-th: its speed
-    mean_top = fitted_top(
+    (mean_top,) = fitted_tops(
         [new_lines(m, mean_reference) for m in means],
         [list(sp)[skip:] for sp in speeds],
         bearing,
-        HOLD,
+        (HOLD,),
     )
     if mean_top is None:
         return OrdersProfile(bearing, top, single_top=single)

@@ -232,11 +232,10 @@ class OrdersProfile:
 
     def record(self) -> dict[str, Any]:
         out = {**self.bearing.record(), "tol": TOL, "harmonics": HARMONICS}
-        out["top"] = [round(float(v), 4) for v in self.top]
-        if self.mean_top is not None:
-            out["mean_top"] = [round(float(v), 4) for v in self.mean_top]
-        if self.single_top is not None:
-            out["single_top"] = [round(float(v), 4) for v in self.single_top]
+        tops = {"top": self.top, "mean_top": self.mean_top, "single_top": self.single_top}
+        for key, top in tops.items():
+            if top is not None:
+                out[key] = [round(float(v), 4) for v in top]
         return out
 
     @classmethod
@@ -266,18 +265,23 @@ class OrdersProfile:
             raise ConfigError(f"{where}: bad known orders ({e!r})") from None
 
 
-def fitted_top(
-    news: Sequence[F32], speeds: Sequence[Sequence[float]], bearing: BearingOrders, hold: int
-) -> F32 | None:
-    """The healthy top per band: the highest held statistic within each run, ``news`` one
-    ``(S, bands, bins)`` array of new lines per run (consecutive evaluations) and
-    ``speeds`` their speeds; None when no run has ``hold`` evaluations."""
-    tops = []
+def fitted_tops(
+    news: Sequence[F32],
+    speeds: Sequence[Sequence[float]],
+    bearing: BearingOrders,
+    holds: Sequence[int],
+) -> list[F32 | None]:
+    """The healthy tops per band, one for each of ``holds``: the highest statistic held
+    over that many evaluations within each run (1: not held, the strong comb's), ``news``
+    one ``(S, bands, bins)`` array of new lines per run (consecutive evaluations) and
+    ``speeds`` their speeds; None for a hold no run is long enough for. The combs are
+    read once per run."""
+    tops: list[list[F32]] = [[] for _ in holds]
     for new, sp in zip(news, speeds, strict=True):
-        if len(new) >= hold:
-            stat = known_combs(new, sp, [bearing.orders] * len(new))
-            tops.append(held_bands(stat, hold).max(axis=0))
-    if not tops:
-        return None
-    out: F32 = np.round(np.max(tops, axis=0), 4).astype(np.float32)
-    return out
+        stat = known_combs(new, sp, [bearing.orders] * len(new))
+        for found, hold in zip(tops, holds, strict=True):
+            if len(new) >= hold:
+                found.append(held_bands(stat, hold).max(axis=0))
+    return [
+        np.round(np.max(found, axis=0), 4).astype(np.float32) if found else None for found in tops
+    ]
