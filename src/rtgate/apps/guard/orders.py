@@ -45,6 +45,7 @@ strong comb is at the known orders only (docs/guard.md, Session 36).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -162,23 +163,36 @@ def segment_speed(audio: npt.ArrayLike, rate: int, bearing: BearingOrders) -> fl
 
 
 class _Rates:
-    """Per order, the bins a comb is read at for a given speed (cached by bin window)."""
+    """Per order, the bins a comb is read at for a given speed (cached by bin window: a
+    station's speed moves little from one evaluation to the next)."""
 
     def __init__(self, bins: int, tol: float) -> None:
         self.bins = bins
         self.df = ENV_RATE / (2 * (bins - 1))  # the bins of a real FFT of the segment
         self.tol = tol
+        self._window = functools.lru_cache(maxsize=4096)(self._bins)
 
     def index(self, rate: float) -> tuple[npt.NDArray[np.int64], F32]:
         """The candidate bins' harmonics ``(cands, HARMONICS)`` (past the end: clipped) and
-        their weights (1 / ``HARMONICS``, 0 past the end)."""
+        their weights (1 / ``HARMONICS``, 0 past the end); read-only."""
         k0 = int(rate * (1 - self.tol) / self.df)
         k1 = int(np.ceil(rate * (1 + self.tol) / self.df))
+        return self._window(k0, k1)
+
+    def _bins(self, k0: int, k1: int) -> tuple[npt.NDArray[np.int64], F32]:
         ks = np.arange(k0, k1 + 1)
         idx = ks[:, None] * np.arange(1, HARMONICS + 1)[None, :]
         fits = idx <= self.bins - 2
-        w = fits / np.float32(HARMONICS)  # a harmonic past the end counts as no line
-        return np.minimum(idx, self.bins - 2), w.astype(np.float32)
+        w = (fits / np.float32(HARMONICS)).astype(np.float32)  # past the end: no line
+        at = np.minimum(idx, self.bins - 2)
+        for a in (at, w):
+            a.setflags(write=False)
+        return at, w
+
+
+@functools.lru_cache(maxsize=16)
+def _rates(bins: int, tol: float) -> _Rates:
+    return _Rates(bins, tol)
 
 
 def known_combs(
@@ -191,7 +205,7 @@ def known_combs(
     within ``tol``): ``new`` ``(rows, bands, bins)`` (``lines.new_lines``) -> ``(rows,
     bands)``."""
     x = np.asarray(new, np.float32)
-    rates = _Rates(x.shape[-1], tol)
+    rates = _rates(x.shape[-1], tol)
     out = np.full(x.shape[:2], -np.inf, np.float32)
     for r, (f0, row_orders) in enumerate(zip(speeds, orders, strict=True)):
         for order in row_orders:
