@@ -16,6 +16,10 @@ def test_bench_runs_stations_in_real_time_through_mosquitto() -> None:
     assert res["stops_received"] - res["false_stops"] == res["faulty_stations"] - res["misses"]
     assert res["window_end_to_receipt_ms"]["p50"] > 0
     assert 0 < res["real_time_factor"] < 1
+    # a live tick's budget, as guard run's; what the lines put off is counted (none enrolled
+    # here: no lines, nothing put off)
+    assert res["tick_budget_ms"] == 14.0
+    assert res["lines_share"] == {"deferred": 0, "skipped": 0, "longest_wait_ticks": 0}
     for key in ("infer_batch_ms", "infer_single_stream_us", "onset_to_stop_ms", "stop_to_order_ms"):
         assert res[key]["p50"] is not None, key
     # every detected fault is counted once by level and once by kind

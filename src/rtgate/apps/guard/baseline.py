@@ -794,15 +794,17 @@ class Baselines:
         envelope: npt.ArrayLike,
         rows: npt.ArrayLike | None = None,
         audio: npt.ArrayLike | None = None,
+        deadline: float | None = None,
     ) -> npt.NDArray[np.bool_]:
         """Add the newest window's band envelopes of the stations in ``rows`` (default all)
         to their envelope lines (``lines.Lines.step``, after the tick's stops are published;
-        ``audio``: the windows, for the stations with known bearing orders); returns which
-        of them are hits for their next window."""
+        ``audio``: the windows, for the stations with known bearing orders; ``deadline``: on
+        ``time.perf_counter``, when the tick's share for them ends, ``tickshare.py``);
+        returns which of them are hits for their next window."""
         if self.lines is None:
             n = self.lines_margin.shape[0] if rows is None else len(np.asarray(rows))
             return np.zeros(n, dtype=bool)
-        return self.lines.step(envelope, rows, audio)
+        return self.lines.step(envelope, rows, audio, deadline)
 
     def reset(self, stream: int | None = None) -> None:
         """Forget the averages of one station (or all): a new recording."""

@@ -41,6 +41,7 @@ from rtgate.apps.guard.rt import quiet_gc, realtime
 from rtgate.apps.guard.rtbroker import realtime_broker
 from rtgate.apps.guard.rules import Rule, Rules
 from rtgate.apps.guard.simulate import Clip, make_clip, make_set
+from rtgate.apps.guard.tickshare import LIVE_BUDGET_S
 from rtgate.core.errors import InvalidRequest
 
 if TYPE_CHECKING:
@@ -160,6 +161,7 @@ class _Ticks:
     rhythm_ms: list[float] = field(default_factory=list)
     lines_ms: list[float] = field(default_factory=list)
     late_ms: list[float] = field(default_factory=list)
+    share: dict[str, int] = field(default_factory=dict)  # what the lines put off (tickshare)
     scores: list[np.ndarray] = field(default_factory=list)
 
 
@@ -283,10 +285,23 @@ def _stops_report(st: _Stops, fleet: _Fleet, n_received: int) -> dict[str, Any]:
     }
 
 
+def _share_report(guard: Guard) -> dict[str, int]:
+    lines = guard.lines
+    if lines is None:
+        return {"deferred": 0, "skipped": 0, "longest_wait_ticks": 0}
+    share = lines.share
+    return {
+        "deferred": share.deferred,
+        "skipped": share.skipped,
+        "longest_wait_ticks": share.longest,
+    }
+
+
 def _timing_report(ticks: _Ticks, n_win: int) -> dict[str, Any]:
     audio_s = n_win * HOP / RATE
     return {
         "real_time_factor": round(sum(ticks.tick_ms) / 1000 / audio_s, 4),
+        "lines_share": ticks.share,
         "late_ticks": int(sum(1 for x in ticks.late_ms if x > HOP / RATE * 1000)),
         "late_ms": _pct(ticks.late_ms, 50, 99),
     }
@@ -335,6 +350,7 @@ def _through_broker(
     rt_priority: int,
     cooldown_s: float,
     enrolments: list[Enrolment | None] | None = None,
+    tick_budget_s: float | None = LIVE_BUDGET_S,
 ) -> tuple[bool, list[tuple[float, dict[str, Any]]]]:
     """Play the stations through the stop path and the broker to the subscriber, then stop
     the explainer. Returns whether the stop path ran at real-time priority, and the receipts.
@@ -355,11 +371,13 @@ def _through_broker(
             on_stop=None if llm_inline else worker.offer,
             before_publish=worker.inline if llm_inline else None,
             enrolments=enrolments,
+            tick_budget_s=tick_budget_s,
         )
         # with the stop path at a real-time priority, garbage is collected between ticks
         _play(guard, fleet, ticks, quiet.enter_context(quiet_gc()) if rt_on else None)
         pub.wait_delivered(5.0)
         time.sleep(0.2)  # let the last receipts arrive
+        ticks.share = _share_report(guard)
     worker.stop(timeout_s=60.0)
     sub.close()
     pub.close()
@@ -413,6 +431,7 @@ def run(
     record: dict[str, Any] | None = None,
     enrol_s: float = 0.0,
     known_orders: bool = False,
+    tick_budget_s: float | None = LIVE_BUDGET_S,
 ) -> dict[str, Any]:
     """Run the benchmark; return the metrics (see the module doc).
 
@@ -423,7 +442,9 @@ def run(
     ``enrol_s > 0`` enrols every station first (on that much of another healthy recording
     of its motor), so that the stop path runs each station's baseline too; with
     ``known_orders``, each with its bearing's orders (the lines then read every station's
-    shaft speed at its turn: ``lines_batch_ms``).
+    shaft speed at its turn: ``lines_batch_ms``). ``tick_budget_s`` is each tick's compute
+    budget, as in ``guard run`` (``tickshare.py``; None: every due station in
+    its tick, whatever it costs); ``lines_share`` counts what the lines put off.
     """
     from rtgate.apps.guard.explain_child import ExplainConfig, ExplainProcess
     from rtgate.apps.guard.store import WorkOrderStore
@@ -453,6 +474,7 @@ def run(
         rt_priority=rt_priority,
         cooldown_s=seconds,
         enrolments=enrolments,
+        tick_budget_s=tick_budget_s,
     )
     stops = _Stops.judge(got, fleet, ticks.t0)
     orders = WorkOrderStore(db_path).list(limit=1_000_000)
@@ -461,6 +483,7 @@ def run(
     setup = _setup_report(fleet, seconds, llm_inline, rt_priority if rt_on else 0, worker)
     setup["enrolled_stations"] = 0 if enrolments is None else len(enrolments)
     setup["known_orders"] = known_orders
+    setup["tick_budget_ms"] = None if tick_budget_s is None else tick_budget_s * 1000
     return {**setup, **_results(ticks, fleet, stops, len(got), orders, worker, model)}
 
 
@@ -516,6 +539,16 @@ def guard_cmd(
             help="enrol each station with its bearing's defect orders (needs --enrol-s)",
         ),
     ] = False,
+    tick_budget_ms: Annotated[
+        float,
+        typer.Option(
+            help="each 20 ms tick's compute, from its start (as guard run): the envelope "
+            "lines take what the stop path left and put off the stations they cannot "
+            "afford (0: no budget)",
+            min=0.0,
+            max=HOP / RATE * 1000,
+        ),
+    ] = LIVE_BUDGET_S * 1000,
 ) -> None:
     """Many stations at once through the local Mosquitto."""
     if known_orders and enrol_s <= 0:
@@ -536,6 +569,7 @@ def guard_cmd(
             unique_clips=unique_clips,
             enrol_s=enrol_s,
             known_orders=known_orders,
+            tick_budget_s=tick_budget_ms / 1000 or None,
         )
     res["broker"] = "private, SCHED_FIFO" if rt_broker else broker
     table = Table("metric", "value")

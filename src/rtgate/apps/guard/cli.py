@@ -25,6 +25,7 @@ from rtgate.apps.guard.features import HOP, RATE, Framer
 from rtgate.apps.guard.pipeline import Guard, StopEvent
 from rtgate.apps.guard.rt import realtime
 from rtgate.apps.guard.rules import Rules
+from rtgate.apps.guard.tickshare import LIVE_BUDGET_S
 from rtgate.core.errors import InvalidRequest, RtgateError
 
 if TYPE_CHECKING:  # the run's pieces are imported inside the command (rtgate --help is fast)
@@ -303,7 +304,14 @@ def run(
             pub = _publisher(plan, broker, failsafe_cmd, audit)
             det = Detector(model, n_streams=len(plan.names))
             found = load_enrolments(plan.names, enrolments, det.path)
-            guard = Guard(plan.names, plan.rules, pub, detector=det, enrolments=found)
+            guard = Guard(
+                plan.names,
+                plan.rules,
+                pub,
+                detector=det,
+                enrolments=found,
+                tick_budget_s=LIVE_BUDGET_S,  # the lines put off what a tick cannot afford
+            )
         except RtgateError as e:
             _fail(e)
         except Ended:  # before anything was started

@@ -66,7 +66,8 @@ comb, ``orders.py``): over it on ``orders.STRONG_CONSECUTIVE`` evaluations in a 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,7 @@ from rtgate.apps.guard.orders import (
     known_combs,
     segment_speed,
 )
+from rtgate.apps.guard.tickshare import TickShare
 from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = [
@@ -472,6 +474,7 @@ class Lines:
         means: Sequence[bool] | npt.ArrayLike | None = None,
         orders_margins: Sequence[float] | npt.ArrayLike | None = None,
         strong_margins: Sequence[float] | npt.ArrayLike | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         n = len(profiles)
         use_mean = np.ones(n, dtype=bool) if means is None else np.asarray(means, dtype=bool)
@@ -558,6 +561,7 @@ class Lines:
         self.hot = np.zeros(n, dtype=bool)
         self.last = np.full(n, -np.inf, np.float32)
         self.speed = np.full(n, np.nan, np.float32)  # the last shaft speed read (known orders)
+        self.share = TickShare(n, clock)
 
     def reset(self, stream: int | None = None) -> None:
         """Forget one station's envelopes (or every station's): a new recording."""
@@ -569,16 +573,19 @@ class Lines:
         self.hot[sel] = False
         self.last[sel] = -np.inf
         self.speed[sel] = np.nan
+        self.share.reset(stream)
 
     def step(
         self,
         envelope: npt.ArrayLike,
         rows: npt.ArrayLike | None = None,
         audio: npt.ArrayLike | None = None,
+        deadline: float | None = None,
     ) -> npt.NDArray[np.bool_]:
         """Add each station's newest window (``rows``: which stations, default all, in
         order; ``audio`` their windows, for the known orders' speed); returns whether each
-        of them is hot (a hit for its next window)."""
+        of them is hot (a hit for its next window). With a ``deadline`` (on ``share``'s
+        clock) the evaluations due take what is left until then (``tickshare.py``)."""
         e = np.asarray(envelope, np.float32)
         idx = np.arange(self.n_streams) if rows is None else np.asarray(rows, np.int64)
         if e.shape != (len(idx), len(CREST_BANDS), N_SUB):
@@ -589,57 +596,62 @@ class Lines:
         self._ring[idx, pos] = e
         heard = heard + 1
         self._heard[idx] = heard
-        due = self.active[idx] & (heard >= WINDOWS) & (heard % STEP == self._phase[idx])
-        rows_due = idx[due]
-        if len(rows_due):
-            start = heard[due] % WINDOWS  # each ring's oldest window
-            seg = _oldest_first(self._ring[rows_due], start)
-            seg = seg.transpose(0, 2, 1, 3).reshape(len(rows_due), len(CREST_BANDS), _T)
-            spectra = log_spectra(seg)
-            evals, slot = self._evals[rows_due], self._slot[rows_due]
-            new = new_lines(spectra, self._reference[rows_due])
-            holds = self._hold[rows_due]
-            over = _held_step(_comb_sums(new), self._combs, rows_due, evals, holds)
-            over -= self.bar[rows_due]
-            speeds = self._orders.speeds(rows_due, start)
-            self.speed[rows_due] = np.where(np.isnan(speeds), self.speed[rows_due], speeds)
-            known = ~np.isnan(speeds)
-            strong = np.full(len(rows_due), -np.inf, np.float32)
-            if known.any():
-                rk = rows_due[known]
-                by_orders, strong[known] = self._orders.over(
-                    rk, new[known], speeds[known], evals[known], mean=False
-                )
-                over[known] = np.maximum(over[known], by_orders)
-            kept = slot >= 0
-            self._spectra[slot[kept], evals[kept] % _SPAN] = spectra[kept]
-            self._evals[rows_due] = evals + 1
-            full = kept & (evals + 1 >= _SPAN)
-            if full.any():
-                rows_full, slots, newest = rows_due[full], slot[full], evals[full]
-                mean = self._spectra[slots, newest % _SPAN]  # a copy: fancy indexing
-                for k in range(1, AVERAGE):
-                    mean += self._spectra[slots, (newest - k * _APART) % _SPAN]
-                mean *= np.float32(1.0 / AVERAGE)
-                mnew = new_lines(mean, self._mean_reference[slots])
-                macc = _comb_sums(mnew)
-                count = newest + 1 - _SPAN
-                by_mean = _held_step(macc, self._mean_combs, slots, count, holds[full])
-                by_mean -= self.mean_bar[rows_full]
-                mk = known[full] & self._orders.meaned[rows_full]
-                if mk.any():
-                    by_known, _ = self._orders.over(rows_full[mk], mnew[mk], speeds[full][mk],
-                                                    count[mk], mean=True)  # fmt: skip
-                    by_mean[mk] = np.maximum(by_mean[mk], by_known)
-                over[full] = np.maximum(over[full], by_mean)
-            self.last[rows_due] = over
-            run = np.where(over >= 0, self._run[rows_due] + 1, 0)
-            self._run[rows_due] = run
-            strong_run = np.where(strong >= 0, self._strong_run[rows_due] + 1, 0)
-            self._strong_run[rows_due] = strong_run
-            self.hot[rows_due] = (run >= CONSECUTIVE) | (strong_run >= STRONG_CONSECUTIVE)
+        ready = self.active[idx] & (heard >= WINDOWS)
+        turn = heard % STEP == self._phase[idx]
+        self.share.run(idx, turn, ready, self._evaluate, deadline)
         out: npt.NDArray[np.bool_] = self.hot[idx].copy()
         return out
+
+    def _evaluate(self, rows_due: npt.NDArray[np.int64]) -> None:
+        """One evaluation of each of these stations, on its newest ``WINDOWS`` windows."""
+        if not len(rows_due):
+            return
+        start = self._heard[rows_due] % WINDOWS  # each ring's oldest window
+        seg = _oldest_first(self._ring[rows_due], start)
+        seg = seg.transpose(0, 2, 1, 3).reshape(len(rows_due), len(CREST_BANDS), _T)
+        spectra = log_spectra(seg)
+        evals, slot = self._evals[rows_due], self._slot[rows_due]
+        new = new_lines(spectra, self._reference[rows_due])
+        holds = self._hold[rows_due]
+        over = _held_step(_comb_sums(new), self._combs, rows_due, evals, holds)
+        over -= self.bar[rows_due]
+        speeds = self._orders.speeds(rows_due, start)
+        self.speed[rows_due] = np.where(np.isnan(speeds), self.speed[rows_due], speeds)
+        known = ~np.isnan(speeds)
+        strong = np.full(len(rows_due), -np.inf, np.float32)
+        if known.any():
+            rk = rows_due[known]
+            by_orders, strong[known] = self._orders.over(
+                rk, new[known], speeds[known], evals[known], mean=False
+            )
+            over[known] = np.maximum(over[known], by_orders)
+        kept = slot >= 0
+        self._spectra[slot[kept], evals[kept] % _SPAN] = spectra[kept]
+        self._evals[rows_due] = evals + 1
+        full = kept & (evals + 1 >= _SPAN)
+        if full.any():
+            rows_full, slots, newest = rows_due[full], slot[full], evals[full]
+            mean = self._spectra[slots, newest % _SPAN]  # a copy: fancy indexing
+            for k in range(1, AVERAGE):
+                mean += self._spectra[slots, (newest - k * _APART) % _SPAN]
+            mean *= np.float32(1.0 / AVERAGE)
+            mnew = new_lines(mean, self._mean_reference[slots])
+            macc = _comb_sums(mnew)
+            count = newest + 1 - _SPAN
+            by_mean = _held_step(macc, self._mean_combs, slots, count, holds[full])
+            by_mean -= self.mean_bar[rows_full]
+            mk = known[full] & self._orders.meaned[rows_full]
+            if mk.any():
+                by_known, _ = self._orders.over(rows_full[mk], mnew[mk], speeds[full][mk],
+                                                count[mk], mean=True)  # fmt: skip
+                by_mean[mk] = np.maximum(by_mean[mk], by_known)
+            over[full] = np.maximum(over[full], by_mean)
+        self.last[rows_due] = over
+        run = np.where(over >= 0, self._run[rows_due] + 1, 0)
+        self._run[rows_due] = run
+        strong_run = np.where(strong >= 0, self._strong_run[rows_due] + 1, 0)
+        self._strong_run[rows_due] = strong_run
+        self.hot[rows_due] = (run >= CONSECUTIVE) | (strong_run >= STRONG_CONSECUTIVE)
 
 
 def _oldest_first(ring: F32, start: npt.NDArray[np.int64]) -> F32:

@@ -56,6 +56,10 @@ class Guard:
         clip_s: seconds of audio kept per station for the explanation.
         clock: UNIX time for the ``ts`` of a stop.
         enrolments: per station its enrolment or None (default: none has one).
+        tick_budget_s: a live run's share of each 20 ms tick, from the call's start: the
+            envelope lines take what the stop path left of it and put off the stations
+            they cannot afford (``tickshare.py``); None (scans, evaluations): every due
+            station is evaluated in its tick, whatever it costs.
     """
 
     def __init__(
@@ -70,7 +74,11 @@ class Guard:
         clip_s: float = 1.0,
         clock: Callable[[], float] = time.time,
         enrolments: Sequence[Enrolment | None] | None = None,
+        tick_budget_s: float | None = None,
     ) -> None:
+        if tick_budget_s is not None and not 0.0 < tick_budget_s <= HOP / RATE:
+            raise InvalidRequest(f"a tick's budget must be in (0, {HOP / RATE}] s")
+        self.tick_budget_s = tick_budget_s
         self.stations = list(stations)
         n = len(self.stations)
         self.rules = rules or Rules()
@@ -248,9 +256,12 @@ class Guard:
             rows = None if every else idx
             self._rhythmic[idx] = base.rhythmic(self.rhythm.step(env, rows), rows)
             self.rhythm_s = time.perf_counter() - t3
-        if self.lines is not None and env is not None:  # a sixteenth of the stations a tick
+        if self.lines is not None and env is not None:  # a sixteenth of the stations a tick,
+            # in what is left of the tick's budget when it has one
             t4 = time.perf_counter()
-            self._lined[idx] = base.step_lines(env, None if every else idx, w)
+            budget = self.tick_budget_s
+            deadline = None if budget is None else t0 + budget
+            self._lined[idx] = base.step_lines(env, None if every else idx, w, deadline)
             self.lines_s = time.perf_counter() - t4
         stops = [replace(ev, clip=self.clip(ev.index)) for ev in stops]
         if self.on_stop is not None:
