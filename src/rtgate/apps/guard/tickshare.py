@@ -17,6 +17,8 @@ next tick's stop path late. So when a tick has a deadline, the lines take what i
 - a station not reached waits (bounded: one flag per station, nothing queued twice) and is
   evaluated on a later tick, on its newest 1.28 s; if its next turn comes while it still
   waits, that turn is the same evaluation (``skipped`` counts it: one evaluation fewer).
+  The lines count evaluations, not ticks: a hold of four evaluations then spans a little
+  more time, and the mean's four segments (1.28 s apart when on time) overlap by the waits.
 
 Without a deadline (``scan``, ``evaluate``, the tests that compare decisions) every due
 station is evaluated in its own tick, so decisions do not depend on the machine's speed.
