@@ -562,6 +562,25 @@ class EnrolmentStore:
         return p
 
 
+def _hearing_margins(
+    values: Sequence[float] | None,
+    has: npt.NDArray[np.bool_],
+    deaf: npt.NDArray[np.bool_],
+    what: str,
+) -> F32:
+    """A rule's margin per station (``values``, one each; None: 0, off) where the station
+    ``has`` the clause (0 elsewhere), ``LINES_HEARING`` times it where its detector hears
+    (not ``deaf``)."""
+    n = len(has)
+    v = np.zeros(n, np.float32) if values is None else np.asarray(values, np.float32)
+    if v.shape != (n,):
+        raise InvalidRequest(f"{len(v)} {what} for {n} stations")
+    out: F32 = np.where(has, np.where(deaf, v, v * np.float32(LINES_HEARING)), 0.0).astype(
+        np.float32
+    )
+    return out
+
+
 class Baselines:
     """The enrolments of ``len(enrolments)`` stations (None: that station has none), applied
     to each tick's scores in one batch. A plain synchronous class with state per station
@@ -709,20 +728,12 @@ class Baselines:
         self._ts = np.zeros((n, N_FEATURES), np.float32)
         self._slow_low = np.zeros(n, np.float32)
         # the envelope's lines (formats /7 to /9; lines.py): evaluated outside, by a ``Lines``
-        lm = np.zeros(n, np.float32) if lines is None else np.asarray(lines, np.float32)
-        if lm.shape != (n,):
-            raise InvalidRequest(f"{len(lm)} lines margins for {n} stations")
         # where the detector hears (not deaf) it stops what it hears, and the lines need
         # LINES_HEARING times the margin (on the project's own motors the lines at the
         # margin alone stopped a healthy one: docs/guard.md, Session 24)
         has = np.array([e is not None and e.lines is not None for e in enrolments], dtype=bool)
-        self.lines_margin = np.where(
-            has, np.where(self.deaf, lm, lm * np.float32(LINES_HEARING)), 0.0
-        ).astype(np.float32)
+        self.lines_margin = _hearing_margins(lines, has, self.deaf, "lines margins")
         # the comb at a station's known bearing orders (format /10; orders.py): its own margin
-        om = np.zeros(n, np.float32) if orders is None else np.asarray(orders, np.float32)
-        if om.shape != (n,):
-            raise InvalidRequest(f"{len(om)} known orders' margins for {n} stations")
         known = np.array(
             [e is not None and e.lines is not None and e.lines.orders is not None
              for e in enrolments], dtype=bool,
@@ -730,9 +741,7 @@ class Baselines:
         # as the every-rate lines': twice the margin where the detector hears, the mean only
         # where it is deaf (on the project's own motors, each enrolled on another recording,
         # a neighbour's line near an order stopped healthy ones: docs/guard.md, Session 35)
-        self.orders_margin = np.where(
-            known, np.where(self.deaf, om, om * np.float32(LINES_HEARING)), 0.0
-        ).astype(np.float32)
+        self.orders_margin = _hearing_margins(orders, known, self.deaf, "known orders' margins")
         # where the orders watch, the comb at every rate is a backstop (a wrong bearing
         # given): BACKSTOP times its margin
         backstop = np.where(self.orders_margin > 0, np.float32(BACKSTOP), np.float32(1.0))
@@ -740,18 +749,12 @@ class Baselines:
         # the strong comb at the known orders (format /11; orders.py): one evaluation's comb,
         # not held, over the highest one evaluation of the healthy recording reached; where
         # the orders watch, twice the margin where the detector hears, as theirs
-        sm = np.zeros(n, np.float32) if strong is None else np.asarray(strong, np.float32)
-        if sm.shape != (n,):
-            raise InvalidRequest(f"{len(sm)} strong combs' margins for {n} stations")
         single = np.array(
             [e is not None and e.lines is not None and e.lines.orders is not None
              and e.lines.orders.single_top is not None for e in enrolments], dtype=bool,
         )  # fmt: skip
-        self.strong_margin = np.where(
-            single & (self.orders_margin > 0),
-            np.where(self.deaf, sm, sm * np.float32(LINES_HEARING)),
-            0.0,
-        ).astype(np.float32)
+        watched = single & (self.orders_margin > 0)
+        self.strong_margin = _hearing_margins(strong, watched, self.deaf, "strong combs' margins")
         self.lines_clause = bool((self.lines_margin > 0).any() or (self.orders_margin > 0).any())
         # the stations' envelope lines, stepped after each tick (``step_lines``); their mean
         # over 5.12 s only where the detector is deaf: it also hears a lasting difference

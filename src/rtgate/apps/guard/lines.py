@@ -480,23 +480,9 @@ class Lines:
         use_mean = np.ones(n, dtype=bool) if means is None else np.asarray(means, dtype=bool)
         if use_mean.shape != (n,):
             raise InvalidRequest(f"{len(use_mean)} mean flags for {n} stations")
-        m = np.full(n, LINES_MARGIN, np.float32) if margins is None else np.asarray(margins)
-        if m.shape != (n,):
-            raise InvalidRequest(f"{len(m)} lines margins for {n} stations")
-        om = (
-            np.full(n, ORDERS_MARGIN, np.float32)
-            if orders_margins is None
-            else np.asarray(orders_margins, np.float32)
-        )
-        if om.shape != (n,):
-            raise InvalidRequest(f"{len(om)} known orders' margins for {n} stations")
-        sm = (
-            np.zeros(n, np.float32)
-            if strong_margins is None
-            else np.asarray(strong_margins, np.float32)
-        )
-        if sm.shape != (n,):
-            raise InvalidRequest(f"{len(sm)} strong combs' margins for {n} stations")
+        m = _per_station(margins, n, LINES_MARGIN, "lines margins")
+        om = _per_station(orders_margins, n, ORDERS_MARGIN, "known orders' margins")
+        sm = _per_station(strong_margins, n, 0.0, "strong combs' margins")
         self.n_streams = n
         nb = len(CREST_BANDS)
         every = np.array(
@@ -603,9 +589,8 @@ class Lines:
         return out
 
     def _evaluate(self, rows_due: npt.NDArray[np.int64]) -> None:
-        """One evaluation of each of these stations, on its newest ``WINDOWS`` windows."""
-        if not len(rows_due):
-            return
+        """One evaluation of each of these stations (at least one), on its newest
+        ``WINDOWS`` windows."""
         start = self._heard[rows_due] % WINDOWS  # each ring's oldest window
         seg = _oldest_first(self._ring[rows_due], start)
         seg = seg.transpose(0, 2, 1, 3).reshape(len(rows_due), len(CREST_BANDS), _T)
@@ -652,6 +637,16 @@ class Lines:
         strong_run = np.where(strong >= 0, self._strong_run[rows_due] + 1, 0)
         self._strong_run[rows_due] = strong_run
         self.hot[rows_due] = (run >= CONSECUTIVE) | (strong_run >= STRONG_CONSECUTIVE)
+
+
+def _per_station(
+    values: Sequence[float] | npt.ArrayLike | None, n: int, default: float, what: str
+) -> F32:
+    """One number per station (``default`` for each when None)."""
+    v = np.full(n, default, np.float32) if values is None else np.asarray(values, np.float32)
+    if v.shape != (n,):
+        raise InvalidRequest(f"{len(v)} {what} for {n} stations")
+    return v
 
 
 def _oldest_first(ring: F32, start: npt.NDArray[np.int64]) -> F32:

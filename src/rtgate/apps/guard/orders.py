@@ -162,37 +162,19 @@ def segment_speed(audio: npt.ArrayLike, rate: int, bearing: BearingOrders) -> fl
     return shaft_hz(low_band(audio, rate), bearing.shaft_lo, bearing.shaft_hi)
 
 
-class _Rates:
-    """Per order, the bins a comb is read at for a given speed (cached by bin window: a
-    station's speed moves little from one evaluation to the next)."""
-
-    def __init__(self, bins: int, tol: float) -> None:
-        self.bins = bins
-        self.df = ENV_RATE / (2 * (bins - 1))  # the bins of a real FFT of the segment
-        self.tol = tol
-        self._window = functools.lru_cache(maxsize=4096)(self._bins)
-
-    def index(self, rate: float) -> tuple[npt.NDArray[np.int64], F32]:
-        """The candidate bins' harmonics ``(cands, HARMONICS)`` (past the end: clipped) and
-        their weights (1 / ``HARMONICS``, 0 past the end); read-only."""
-        k0 = int(rate * (1 - self.tol) / self.df)
-        k1 = int(np.ceil(rate * (1 + self.tol) / self.df))
-        return self._window(k0, k1)
-
-    def _bins(self, k0: int, k1: int) -> tuple[npt.NDArray[np.int64], F32]:
-        ks = np.arange(k0, k1 + 1)
-        idx = ks[:, None] * np.arange(1, HARMONICS + 1)[None, :]
-        fits = idx <= self.bins - 2
-        w = (fits / np.float32(HARMONICS)).astype(np.float32)  # past the end: no line
-        at = np.minimum(idx, self.bins - 2)
-        for a in (at, w):
-            a.setflags(write=False)
-        return at, w
-
-
-@functools.lru_cache(maxsize=16)
-def _rates(bins: int, tol: float) -> _Rates:
-    return _Rates(bins, tol)
+@functools.lru_cache(maxsize=4096)
+def _comb_bins(bins: int, k0: int, k1: int) -> tuple[npt.NDArray[np.int64], F32]:
+    """The candidate bins ``k0``-``k1``'s harmonics ``(cands, HARMONICS)`` in a spectrum of
+    ``bins`` (past the end: clipped) and their weights (1 / ``HARMONICS``, 0 past the end);
+    read-only, cached: a station's speed moves little from one evaluation to the next."""
+    ks = np.arange(k0, k1 + 1)
+    idx = ks[:, None] * np.arange(1, HARMONICS + 1)[None, :]
+    fits = idx <= bins - 2
+    w = (fits / np.float32(HARMONICS)).astype(np.float32)  # past the end: no line
+    at = np.minimum(idx, bins - 2)
+    for a in (at, w):
+        a.setflags(write=False)
+    return at, w
 
 
 def known_combs(
@@ -205,11 +187,14 @@ def known_combs(
     within ``tol``): ``new`` ``(rows, bands, bins)`` (``lines.new_lines``) -> ``(rows,
     bands)``."""
     x = np.asarray(new, np.float32)
-    rates = _rates(x.shape[-1], tol)
+    bins = x.shape[-1]
+    df = ENV_RATE / (2 * (bins - 1))  # the bins of a real FFT of the segment
     out = np.full(x.shape[:2], -np.inf, np.float32)
     for r, (f0, row_orders) in enumerate(zip(speeds, orders, strict=True)):
         for order in row_orders:
-            idx, w = rates.index(order * f0)
+            rate = order * f0
+            k0, k1 = int(rate * (1 - tol) / df), int(np.ceil(rate * (1 + tol) / df))
+            idx, w = _comb_bins(bins, k0, k1)
             acc = (x[r][:, idx] * w).sum(axis=-1)  # (bands, cands)
             np.maximum(out[r], acc.max(axis=-1), out=out[r])
     return out

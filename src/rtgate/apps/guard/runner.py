@@ -14,9 +14,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -123,6 +124,17 @@ class Shutdown:
         if self._pending:
             raise Ended(self.reason)
 
+    @contextlib.contextmanager
+    def deferring(self) -> Iterator[None]:
+        """A signal during the block waits for its end (a tick, a child's spawn), then
+        ends the run (:meth:`check`); an error in the block goes on as it is."""
+        self.deferred = True
+        try:
+            yield
+        finally:
+            self.deferred = False
+        self.check()
+
 
 def guard_loop(
     guard: Guard,
@@ -133,13 +145,9 @@ def guard_loop(
     """Feed ``windows`` to ``guard`` until they end or a signal comes; ``on_stop`` gets each
     stop after its tick (a signal during a tick waits for the tick's stops)."""
     for w, end_ts, rows in windows:
-        shutdown.deferred = True
-        try:
+        with shutdown.deferring():
             for ev in guard.process(w, end_ts, rows):
                 on_stop(ev)
-        finally:
-            shutdown.deferred = False
-        shutdown.check()
 
 
 def guard_until_done(
@@ -162,12 +170,8 @@ def guard_until_done(
         # the stop path does not wait for the child; but a signal waits until it is spawned:
         # cut while the spawn writes the child's start-up data, the child would die on a
         # half-read pipe with a traceback (seen in the SIGTERM test, session 35)
-        shutdown.deferred = True
-        try:
+        with shutdown.deferring():
             worker = ExplainProcess(cfg).start(wait=False)
-        finally:
-            shutdown.deferred = False
-        shutdown.check()
         guard.on_stop = worker.offer
         guard.warm_up(4)  # again: connecting may have left it idle for seconds
         guard_loop(guard, windows, shutdown, on_stop)
