@@ -164,10 +164,13 @@ def test_provenance_is_stored_and_reported(
         "envelope_lines": True,
         "envelope_lines_mean": True,
         "envelope_lines_hold": HOLD,
+        "quick_range": True,
     }
-    # by default the median's range (and the slow range its veto needs) and the envelope's
-    # lines, their mean over 5.12 s and tops for a comb held at one rate: format /9
-    assert doc["format"] == "rtgate-guard-enrolment/9"
+    # by default the median's range (and the slow range its veto needs), the envelope's
+    # lines, their mean over 5.12 s and tops for a comb held at one rate (/9), and the quick
+    # median's range: format /12
+    assert doc["format"] == "rtgate-guard-enrolment/12"
+    assert doc["model"]["quick"]["windows"] == 3 and len(doc["model"]["quick"]["scale"]) == 46
     # each of the two recordings gives a mean from its 13th evaluation (HEARD windows) on
     lines = doc["model"]["lines"]
     assert lines["mean"]["segments"] == lines["segments"] - 2 * (HEARD - WINDOWS) // STEP
@@ -191,7 +194,7 @@ def test_slow_range_writes_format_5_and_scan_says_so(
     assert json.loads((tmp_path / "M7.json").read_text())["format"] == "rtgate-guard-enrolment/3"
 
 
-def test_a_bearing_s_orders_write_format_11_and_scan_decides_with_them(
+def test_a_bearing_s_orders_write_format_12_and_scan_decides_with_them(
     odd_recording: tuple[Path, Path], tmp_path: Path
 ) -> None:
     enrol, later = odd_recording
@@ -201,7 +204,7 @@ def test_a_bearing_s_orders_write_format_11_and_scan_decides_with_them(
     res = _enroll(*args, str(enrol))
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "M7.json").read_text())
-    assert doc["format"] == "rtgate-guard-enrolment/11"
+    assert doc["format"] == "rtgate-guard-enrolment/12"  # /11's orders and the quick range
     known = doc["model"]["lines"]["orders"]
     assert known["orders"] == pytest.approx(orders, abs=1e-4) and known["shaft_hz"] == [7.0, 9.5]
     assert len(known["top"]) == len(known["mean_top"]) == len(known["single_top"]) == 3

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rtgate.apps.guard.baseline import (
-    FORMAT_HELD,
+    FORMAT_QUICK,
     FORMAT_SLOW,
     FORMAT_STEADY,
     PERSIST_BAR,
@@ -234,8 +234,8 @@ def _enrol(audio: np.ndarray) -> Enrolment:
     from rtgate.apps.guard.features import RATE
 
     rec = listen([(Source("c", "file", RATE), iter([audio]))], Detector(), 60.0)
-    e = fit("C", rec, accept_stops=True).enrolment  # the default: format /6
-    assert e.persist_scale is not None and json.loads(e.to_json())["format"] == FORMAT_HELD
+    e = fit("C", rec, accept_stops=True).enrolment  # the default: format /12
+    assert e.persist_scale is not None and json.loads(e.to_json())["format"] == FORMAT_QUICK
     return e
 
 

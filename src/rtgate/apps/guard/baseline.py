@@ -94,7 +94,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,7 @@ from rtgate.apps.guard.lines import Lines, LinesProfile
 from rtgate.apps.guard.orders import BACKSTOP
 from rtgate.apps.guard.paths import user_data_path
 from rtgate.apps.guard.station_model import Z_CLIP, StationModel
+from rtgate.apps.guard.steady import Steady
 from rtgate.core.errors import ConfigError, InvalidRequest
 
 __all__ = [
@@ -122,6 +123,7 @@ __all__ = [
     "FORMAT_LINES",
     "FORMAT_MEAN",
     "FORMAT_MODEL",
+    "FORMAT_QUICK",
     "FORMAT_SLOW",
     "FORMAT_STEADY",
     "FORMAT_STRONG",
@@ -135,6 +137,11 @@ __all__ = [
     "PERSIST_MID",
     "PERSIST_MID_VETO",
     "PERSIST_WINDOWS",
+    "QUICK_BAR",
+    "QUICK_HOLD",
+    "QUICK_LOW_VETO",
+    "QUICK_WARMUP",
+    "QUICK_WINDOWS",
     "RHYTHM_FLOOR",
     "RHYTHM_MARGIN",
     "SHIFT_MAX",
@@ -161,7 +168,8 @@ FORMAT_MEAN = "rtgate-guard-enrolment/8"  # /8: /7 and the lines' mean over 5.12
 FORMAT_HELD = "rtgate-guard-enrolment/9"  # /9: /7 or /8, tops for a comb held at one rate
 FORMAT_ORDERS = "rtgate-guard-enrolment/10"  # /10: /9 and the bearing's orders (orders.py)
 FORMAT_STRONG = "rtgate-guard-enrolment/11"  # /11: /10 and the strong comb's tops (orders)
-_HELD = (FORMAT_HELD, FORMAT_ORDERS, FORMAT_STRONG)
+FORMAT_QUICK = "rtgate-guard-enrolment/12"  # /12: /9, /10 or /11 and the quick median's range
+_HELD = (FORMAT_HELD, FORMAT_ORDERS, FORMAT_STRONG, FORMAT_QUICK)
 _LINED = (FORMAT_LINES, FORMAT_MEAN, *_HELD)  # the formats with each part
 _STEADIED = (FORMAT_STEADY, *_LINED)
 _SLOWED = (FORMAT_SLOW, *_STEADIED)
@@ -177,6 +185,7 @@ FORMATS = (
     FORMAT_HELD,
     FORMAT_ORDERS,
     FORMAT_STRONG,
+    FORMAT_QUICK,
 )
 ALPHA = 0.2  # the novelty's average: about 5 windows (0.1 s)
 GATE_LOW, GATE_HIGH = 0.6, 1.0  # novelty at which the shift starts and stops giving way
@@ -202,6 +211,11 @@ PERSIST_BAR = 6.0  # the rules' persist bar (Session 14; on by default)
 PERSIST_MID = slice(30, 35)  # the bands under the high ones (centres 4.0-5.4 kHz) that veto it
 PERSIST_MID_VETO = 3.0  # no persist hit while a mid band's median is this far over its own
 PERSIST_HOLD = PERSIST_WINDOWS // 2 + 1  # windows the low veto holds after it lifts
+QUICK_WINDOWS = 3  # the quick clause's median: the last 3 windows (60 ms; Session 38)
+QUICK_HOLD = QUICK_WINDOWS // 2 + 1  # windows the low veto holds for it
+QUICK_BAR = 3.0  # the rules' quick bar (Session 38)
+QUICK_WARMUP = round(1 / SLOW_ALPHA)  # no quick hit in a run's first 20 windows (its veto)
+QUICK_LOW_VETO = 3.0  # no quick hit while a low band's short median is this far over its own
 
 
 def default_enrolment_dir() -> Path:
@@ -256,6 +270,7 @@ class Enrolment:
     slow_alpha: float = SLOW_ALPHA
     persist_scale: F32 | None = None
     lines: LinesProfile | None = None
+    quick_scale: F32 | None = None
 
     def __post_init__(self) -> None:
         where = f"enrolment of {self.station!r}"
@@ -297,6 +312,16 @@ class Enrolment:
                 )
         if self.lines is not None and self.persist_scale is None:
             raise ConfigError(f"{where}: the envelope's lines come with the median's range (/7)")
+        if self.quick_scale is not None:
+            qs = np.asarray(self.quick_scale)
+            if self.lines is None or self.lines.hold <= 1:
+                raise ConfigError(f"{where}: the quick range comes with held envelope lines (/9)")
+            if qs.shape != (N_FEATURES,) or not (
+                np.isfinite(qs).all() and qs.min() >= PERSIST_FLOOR
+            ):
+                raise ConfigError(
+                    f"{where}: the quick range needs {N_FEATURES} numbers >= {PERSIST_FLOOR}"
+                )
 
     @property
     def deaf_line(self) -> float | None:
@@ -352,6 +377,8 @@ class Enrolment:
             h.update(f"|{self.lines.top!r}".encode())
             if self.lines.orders is not None:  # files of format /9 keep their id
                 h.update(json.dumps(self.lines.orders.record(), sort_keys=True).encode())
+        if self.quick_scale is not None:  # files of format /11 and older keep their id
+            h.update(np.asarray(self.quick_scale, "<f4").tobytes() + f"/{QUICK_WINDOWS}".encode())
         return h.hexdigest()[:12]
 
     def summary(self) -> dict[str, Any]:
@@ -377,14 +404,16 @@ class Enrolment:
             if self.lines.orders is not None:  # formats /10 and /11
                 out["bearing_orders"] = self.lines.orders.bearing.record()
                 out["strong_comb"] = self.lines.orders.single_top is not None
+        if self.quick_scale is not None:  # format /12
+            out["quick_range"] = True
         return out
 
     def to_json(self) -> str:
         """The file's text: format /3, /4 with a station model, /5 with the slow range, /6
         with the median's range too, /7 with the envelope's lines too, /8 with their mean, /9
         with their tops for a comb held at one rate (what ``enroll`` writes), /10 with a
-        bearing's orders, /11 with the strong comb's tops at them (what ``enroll --orders``
-        writes)."""
+        bearing's orders, /11 with the strong comb's tops at them, /12 any of /9 to /11 with
+        the quick median's range (what ``enroll`` writes from Session 38 on)."""
         fmt = FORMAT if self.station_model is None else FORMAT_MODEL
         if self.slow_scale is not None:
             fmt = FORMAT_SLOW if self.persist_scale is None else FORMAT_STEADY
@@ -394,6 +423,8 @@ class Enrolment:
                 fmt = FORMAT_HELD if self.lines.orders is None else FORMAT_ORDERS
             if self.lines.orders is not None and self.lines.orders.single_top is not None:
                 fmt = FORMAT_STRONG
+        if self.quick_scale is not None:
+            fmt = FORMAT_QUICK
         doc: dict[str, Any] = {
             "format": fmt,
             "station": self.station,
@@ -423,6 +454,11 @@ class Enrolment:
             }
         if self.lines is not None:
             doc["model"]["lines"] = self.lines.record()
+        if self.quick_scale is not None:
+            doc["model"]["quick"] = {
+                "windows": QUICK_WINDOWS,
+                "scale": [float(x) for x in self.quick_scale],
+            }
         return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
 
     @classmethod
@@ -479,13 +515,13 @@ class Enrolment:
                     f"tops for a held comb in a file of format {fmt}"
                 )
             ordered = fmt in (FORMAT_ORDERS, FORMAT_STRONG)
-            if (lines.orders is not None) != ordered:
+            if (lines.orders is not None) != ordered and fmt != FORMAT_QUICK:
                 raise ConfigError(
                     f"{where}: envelope lines {'without' if ordered else 'with'} "
                     f"a bearing's orders in a file of format {fmt}"
                 )
             single = lines.orders is not None and lines.orders.single_top is not None
-            if single != (fmt == FORMAT_STRONG):
+            if single != (fmt == FORMAT_STRONG) and fmt != FORMAT_QUICK:
                 raise ConfigError(
                     f"{where}: a bearing's orders {'without' if not single else 'with'} "
                     f"the strong comb's tops in a file of format {fmt}"
@@ -495,6 +531,17 @@ class Enrolment:
                     f"{where}: envelope lines {'with' if fmt == FORMAT_LINES else 'without'} "
                     f"a mean in a file of format {fmt}"
                 )
+        quick_scale = None
+        if fmt == FORMAT_QUICK:  # older: no quick range
+            quick = model.get("quick")
+            if not isinstance(quick, dict):
+                raise ConfigError(f"{where}: a file of format {fmt} needs a quick range")
+            if quick.get("windows") != QUICK_WINDOWS:
+                raise ConfigError(
+                    f"{where}: a quick median over {quick.get('windows')!r} windows; this "
+                    f"version uses {QUICK_WINDOWS}: enrol the station again"
+                )
+            quick_scale = _vector(quick, "scale", where)
         try:
             return cls(
                 station,
@@ -512,6 +559,7 @@ class Enrolment:
                 float(slow_alpha),
                 persist_scale,
                 lines,
+                quick_scale,
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ConfigError):
@@ -605,7 +653,10 @@ class Baselines:
     the median of ``z`` over the last ``PERSIST_WINDOWS`` windows, over the recording's highest)
     reaches the bar while the low bands' slow average has been under ``SLOW_VETO`` times their
     own range for the last ``PERSIST_HOLD`` windows and the ``PERSIST_MID`` bands' median is
-    under ``PERSIST_MID_VETO`` times theirs.
+    under ``PERSIST_MID_VETO`` times theirs (``steady.Steady``).
+    ``quick``: per station, the rule's quick bar (``Rule.quick``, 0: off); the same with the
+    median over the last ``QUICK_WINDOWS`` windows, its own scale (format /12,
+    ``Enrolment.quick_scale``) and ``QUICK_HOLD``.
     """
 
     def __init__(
@@ -619,6 +670,7 @@ class Baselines:
         lines: Sequence[float] | None = None,
         orders: Sequence[float] | None = None,
         strong: Sequence[float] | None = None,
+        quick: Sequence[float] | None = None,
     ) -> None:
         n = len(enrolments)
         self.enrolments = list(enrolments)
@@ -698,32 +750,31 @@ class Baselines:
                 self.slow_threshold[i] = bars[i]
         self.slow_clause = bool(np.isfinite(self.slow_threshold).any())
         self.last_slow = np.zeros(n, np.float32)  # the slow statistic of the last window
-        # the steady rise (format /6): a ring of the high bands' z, its median per band
-        pb = np.zeros(n, np.float32) if persist is None else np.asarray(persist, np.float32)
-        if pb.shape != (n,):
-            raise InvalidRequest(f"{len(pb)} persist bars for {n} stations")
-        high, mid = len(range(N_FEATURES)[SLOW_HIGH]), len(range(N_FEATURES)[PERSIST_MID])
-        self._pq_inv = np.zeros((n, high), np.float32)
-        self._pq_mid_inv = np.zeros((n, mid), np.float32)
-        self.persist_threshold = np.full(n, np.inf, np.float32)
-        for i, e in enumerate(enrolments):
-            if e is not None and e.persist_scale is not None and pb[i] > 0:
-                assert e.slow_scale is not None  # Enrolment checks it: the veto's range
+        # the steady rises (steady.py): the persist clause (format /6) over PERSIST_WINDOWS
+        # windows and the quick clause (format /12) over QUICK_WINDOWS; each its own scale
+        self._persist = _steady(
+            enrolments, persist, "persist", PERSIST_WINDOWS, PERSIST_HOLD, lambda e: e.persist_scale
+        )
+        self._quick = _steady(
+            enrolments,
+            quick,
+            "quick",
+            QUICK_WINDOWS,
+            QUICK_HOLD,
+            lambda e: e.quick_scale,
+            QUICK_WARMUP,
+            QUICK_LOW_VETO,
+        )
+        for i, e in enumerate(enrolments):  # the low bands' veto needs their slow range
+            if np.isfinite(self._persist.threshold[i]) or np.isfinite(self._quick.threshold[i]):
+                assert e is not None and e.slow_scale is not None  # Enrolment checks it
                 self._slow_a[i] = e.slow_alpha
                 self._slow_inv[i] = 1.0 / e.slow_scale
-                self._pq_inv[i] = 1.0 / e.persist_scale[SLOW_HIGH]
-                self._pq_mid_inv[i] = 1.0 / e.persist_scale[PERSIST_MID]
-                self.persist_threshold[i] = pb[i]
-        self.persist_clause = bool(np.isfinite(self.persist_threshold).any())
-        self.last_persist = np.zeros(n, np.float32)  # the steady statistic of the last window
-        # the rings of the high and of the mid bands' z (station, band, window)
-        self._ring = np.zeros((n, high, PERSIST_WINDOWS), np.float32)
-        self._ring_mid = np.zeros((n, mid, PERSIST_WINDOWS), np.float32)
-        self._ring_work = np.zeros_like(self._ring)
-        self._pos = np.zeros(n, np.int64)  # where each station's next window goes
-        self._calm_run = np.full(n, PERSIST_HOLD, np.int64)  # windows since the low veto
+        self.persist_clause = self._persist.clause
+        self.quick_clause = self._quick.clause
+        self._steadies = [s for s in (self._persist, self._quick) if s.clause]
         self._rows = np.arange(n)
-        self._ema = self.slow_clause or self.persist_clause  # the slow average (and veto)
+        self._ema = self.slow_clause or bool(self._steadies)  # the slow average (and veto)
         self._ms = np.zeros((n, N_FEATURES), np.float32)
         self._ts = np.zeros((n, N_FEATURES), np.float32)
         self._slow_low = np.zeros(n, np.float32)
@@ -775,13 +826,33 @@ class Baselines:
             self.novelty_clause
             or self.own_model
             or self.slow_clause
-            or self.persist_clause
+            or bool(self._steadies)
             or self.lines_clause
         )
         self._m = np.zeros((n, N_FEATURES), np.float32)
         self._z = np.zeros((n, N_FEATURES), np.float32)
         self._g = np.zeros(n, np.float32)
         self.last_novelty = np.zeros(n, np.float32)  # r of the last window, per station
+
+    @property
+    def persist_threshold(self) -> F32:
+        """Per station, the persist clause's bar (infinity: off)."""
+        return self._persist.threshold
+
+    @property
+    def last_persist(self) -> F32:
+        """Per station, the persist clause's statistic of the last window."""
+        return self._persist.last
+
+    @property
+    def last_quick(self) -> F32:
+        """Per station, the quick clause's statistic of the last window."""
+        return self._quick.last
+
+    @property
+    def quick_threshold(self) -> F32:
+        """Per station, the quick clause's bar (infinity: off)."""
+        return self._quick.threshold
 
     def rhythmic(self, rhythm: F32, rows: npt.ArrayLike | None = None) -> npt.NDArray[np.bool_]:
         """Which of the stations in ``rows`` (default all) reach their rhythm threshold with
@@ -814,10 +885,8 @@ class Baselines:
         sel = slice(None) if stream is None else stream
         self._m[sel] = 0.0
         self._ms[sel] = 0.0
-        self._ring[sel] = 0.0
-        self._ring_mid[sel] = 0.0
-        self._pos[sel] = 0
-        self._calm_run[sel] = PERSIST_HOLD
+        self._persist.reset(stream)
+        self._quick.reset(stream)
         if self.lines is not None:
             self.lines.reset(stream)
 
@@ -862,18 +931,9 @@ class Baselines:
             self.last_slow[idx] = u
             calm = ts[:, SLOW_LOW].max(axis=1) < np.float32(SLOW_VETO)
             self.last_novel[idx] |= (u >= self.slow_threshold[idx]) & calm
-            if self.persist_clause:
-                pos = self._pos[idx]
-                self._ring[idx, :, pos] = z[:, SLOW_HIGH]
-                self._ring_mid[idx, :, pos] = z[:, PERSIST_MID]
-                self._pos[idx] = (pos + 1) % PERSIST_WINDOWS
-                v = _second_highest(_median_last(self._ring[idx]) * self._pq_inv[idx])
-                self.last_persist[idx] = v
-                run = np.where(calm, self._calm_run[idx] + 1, 0)
-                self._calm_run[idx] = run
-                mid = _median_last(self._ring_mid[idx]) * self._pq_mid_inv[idx]
-                calm = (run >= PERSIST_HOLD) & (mid.max(axis=1) < np.float32(PERSIST_MID_VETO))
-                self.last_novel[idx] |= (v >= self.persist_threshold[idx]) & calm
+            for steady in self._steadies:
+                steady.push(z[:, SLOW_HIGH], z[:, PERSIST_MID], z[:, SLOW_LOW], idx)
+                self.last_novel[idx] |= steady.hits(calm, idx)
         g = np.clip(peak * self._gate_a[idx] - self._gate_b[idx], 0.0, 1.0)
         out = logits - self._cal[idx] + self._span[idx] * g - self._shift[idx]
         if self.any_deaf:
@@ -885,11 +945,8 @@ class Baselines:
         np.subtract(features, self._mean, out=z)
         z *= self._inv_sd
         own = _rowdot(np.clip(z, -Z_CLIP, Z_CLIP), self._own_wz) if self.own_model else None
-        if self.persist_clause:  # the ring of the high bands' z (before z is reused)
-            self._ring[self._rows, :, self._pos] = z[:, SLOW_HIGH]
-            self._ring_mid[self._rows, :, self._pos] = z[:, PERSIST_MID]
-            self._pos += 1
-            self._pos %= PERSIST_WINDOWS
+        for steady in self._steadies:  # the rings of the high bands' z (before z is reused)
+            steady.push(z[:, SLOW_HIGH], z[:, PERSIST_MID], z[:, SLOW_LOW])
         if self._ema:  # ms += a (z - ms); u = max(ms / scale) over the high bands
             ts = self._ts
             np.subtract(z, self._ms, out=ts)
@@ -915,21 +972,10 @@ class Baselines:
             self.last_novel |= (self.last_slow >= self.slow_threshold) & (
                 self._slow_low < np.float32(SLOW_VETO)
             )
-        if self.persist_clause:  # the median of each high band over the ring
-            work = self._ring_work
-            np.copyto(work, self._ring)
-            work.partition(PERSIST_WINDOWS // 2, axis=2)
-            med = work[:, :, PERSIST_WINDOWS // 2]
-            med *= self._pq_inv
-            self.last_persist[:] = _second_highest(med)
-            self._calm_run += 1  # the low bands' veto and its hold
-            self._calm_run[self._slow_low >= np.float32(SLOW_VETO)] = 0
-            over = (self.last_persist >= self.persist_threshold) & (self._calm_run >= PERSIST_HOLD)
-            rows = np.flatnonzero(over)
-            if len(rows):  # the mid bands' veto, only where the high ones reach the bar
-                mid = _median_last(self._ring_mid[rows]) * self._pq_mid_inv[rows]
-                over[rows] = mid.max(axis=1) < np.float32(PERSIST_MID_VETO)
-            self.last_novel |= over
+        if self._steadies:  # the median of each high band over its ring
+            calm = self._slow_low < np.float32(SLOW_VETO)
+            for steady in self._steadies:
+                self.last_novel |= steady.hits(calm)
         g -= self._gate_b
         np.clip(g, 0.0, 1.0, out=g)
         g *= self._span
@@ -952,8 +998,8 @@ class Baselines:
         rows = idx[deaf]
         with np.errstate(divide="ignore", invalid="ignore"):
             persist = np.where(
-                np.isfinite(self.persist_threshold[rows]),
-                self.last_persist[rows] / self.persist_threshold[rows] - 1.0,
+                np.isfinite(self._persist.threshold[rows]),
+                self._persist.last[rows] / self._persist.threshold[rows] - 1.0,
                 -np.inf,
             )
             if self.lines is None:  # no station has the clause: no evidence from it
@@ -973,18 +1019,40 @@ class Baselines:
         out[deaf] = np.where(np.isfinite(logit), logit, -LOGIT_BOUND)
 
 
-def _second_highest(x: F32) -> F32:
-    """Per row, the second-highest value (a new array)."""
-    k = x.shape[1] - 2
-    out: F32 = np.partition(x, k, axis=1)[:, k]
-    return out
-
-
-def _median_last(x: F32) -> F32:
-    """The median over the last axis (of odd length), a new array without it."""
-    k = x.shape[-1] // 2
-    out: F32 = np.partition(x, k, axis=-1)[..., k]
-    return out
+def _steady(
+    enrolments: Sequence[Enrolment | None],
+    bars: Sequence[float] | None,
+    what: str,
+    windows: int,
+    hold: int,
+    scale_of: Callable[[Enrolment], F32 | None],
+    warmup: int = 0,
+    low_veto: float | None = None,
+) -> Steady:
+    """A steady rise (``steady.py``) over ``windows`` for the stations whose enrolment has
+    its scale (``scale_of``) and whose bar is over 0; ``low_veto``: the low bands' median
+    over the same ring vetoes at this many times its scale (None: no such veto)."""
+    n = len(enrolments)
+    pb = np.zeros(n, np.float32) if bars is None else np.asarray(bars, np.float32)
+    if pb.shape != (n,):
+        raise InvalidRequest(f"{len(pb)} {what} bars for {n} stations")
+    high, mid = len(range(N_FEATURES)[SLOW_HIGH]), len(range(N_FEATURES)[PERSIST_MID])
+    high_inv = np.zeros((n, high), np.float32)
+    mid_inv = np.zeros((n, mid), np.float32)
+    low_inv = np.zeros((n, len(range(N_FEATURES)[SLOW_LOW])), np.float32)
+    threshold = np.full(n, np.inf, np.float32)
+    for i, e in enumerate(enrolments):
+        scale = scale_of(e) if e is not None else None
+        if scale is not None and pb[i] > 0:
+            high_inv[i] = 1.0 / scale[SLOW_HIGH]
+            mid_inv[i] = 1.0 / scale[PERSIST_MID]
+            low_inv[i] = 1.0 / scale[SLOW_LOW]
+            threshold[i] = pb[i]
+    if low_veto is None:
+        return Steady(windows, hold, PERSIST_MID_VETO, threshold, high_inv, mid_inv, warmup)
+    return Steady(
+        windows, hold, PERSIST_MID_VETO, threshold, high_inv, mid_inv, warmup, low_inv, low_veto
+    )
 
 
 def _rowdot(a: F32, b: F32) -> F32:

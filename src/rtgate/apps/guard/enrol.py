@@ -39,6 +39,7 @@ from rtgate.apps.guard.baseline import (
     NOVELTY_FLOOR,
     PERSIST_FLOOR,
     PERSIST_WINDOWS,
+    QUICK_WINDOWS,
     SD_FLOOR,
     SHIFT_MAX,
     SLOW_ALPHA,
@@ -78,6 +79,7 @@ __all__ = [
     "persist_range",
     "rhythm_range",
     "slow_range",
+    "steady_range",
 ]
 
 F32 = npt.NDArray[np.float32]
@@ -256,7 +258,11 @@ def _replay(rec: Recording, enrolment: Enrolment, rule: Rule) -> tuple[F32, int]
     """The recording through the enrolled station's baseline: its novelty per window
     (``r``, before any scale: pass ``novelty_scale=1``) and the stops the rule then makes."""
     base = Baselines(
-        [enrolment], thresholds=[rule.threshold], slow=[rule.slow], persist=[rule.persist]
+        [enrolment],
+        thresholds=[rule.threshold],
+        slow=[rule.slow],
+        persist=[rule.persist],
+        quick=[rule.quick],
     )
     logits = _logits(rec)
     novelty = np.zeros(len(rec.scores), np.float32)
@@ -336,11 +342,16 @@ def slow_range(rec: Recording, mean: F32, sd: F32, alpha: float = SLOW_ALPHA) ->
 
 
 def persist_range(rec: Recording, mean: F32, sd: F32) -> F32 | None:
+    """The persist clause's scale: :func:`steady_range` over ``PERSIST_WINDOWS``."""
+    return steady_range(rec, mean, sd, PERSIST_WINDOWS)
+
+
+def steady_range(rec: Recording, mean: F32, sd: F32, windows: int) -> F32 | None:
     """Per feature, the highest the median of ``z = (features - mean) / sd`` over the last
-    ``PERSIST_WINDOWS`` windows (a ring of zeros at each segment's start, as a run has)
-    reached on ``rec`` once the ring is full, at least ``PERSIST_FLOOR``; None when no
-    segment is longer than the ring."""
-    w, k = PERSIST_WINDOWS, PERSIST_WINDOWS // 2
+    ``windows`` windows (a ring of zeros at each segment's start, as a run has) reached on
+    ``rec`` once the ring is full, at least ``PERSIST_FLOOR``; None when no segment is
+    longer than the ring (``steady.py``)."""
+    w, k = windows, windows // 2
     inv = np.float32(1.0) / sd
     top = np.full(N_FEATURES, -np.inf, np.float32)
     for a, b in rec.segments:
@@ -411,6 +422,7 @@ def fit(
     persist: bool = True,
     lines: bool = True,
     bearing: BearingOrders | None = None,
+    quick: bool = True,
 ) -> Fitted:
     """Measure ``station``'s normal on ``rec`` (see the module doc for what is refused:
     :class:`InvalidRequest`). ``detector``: the one that made the scores, for the
@@ -423,7 +435,9 @@ def fit(
     default, with ``persist``): the envelope's spectra too (``lines.lines_profile`` on
     ``rec.envelopes``; format /7; a recording without envelopes or too short gets none);
     ``bearing``: the station's bearing orders and shaft range, whose comb the lines then
-    watch too (``orders.py``; format /10; needs ``rec.audio``)."""
+    watch too (``orders.py``; format /10; needs ``rec.audio``); ``quick`` (the default,
+    with held lines): the quick median's range (:func:`steady_range` over
+    ``QUICK_WINDOWS``; format /12)."""
     rule = rule or Rule()
     general = _general(rec, rule) if rec.seconds >= MIN_SECONDS else {}
     _check(station, rec, general, accept_stops)
@@ -457,6 +471,9 @@ def fit(
             f"the bearing's orders need the envelope lines and {rec.seconds:.1f} s is too "
             "short for them (or the median's range was not measured)"
         )
+    quick_scale = None
+    if quick and profile is not None and profile.hold > 1:
+        quick_scale = steady_range(rec, mean, sd, QUICK_WINDOWS)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     general["accepted_stops"] = bool(general["stops"])
     enrolment = Enrolment(
@@ -475,6 +492,7 @@ def fit(
         SLOW_ALPHA,
         persist_scale,
         profile,
+        quick_scale,
     )
     _, residual = _replay(rec, enrolment, rule)
     enrolment = replace(enrolment, general={**general, "stops_with_enrolment": residual})

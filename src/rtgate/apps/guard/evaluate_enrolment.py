@@ -24,7 +24,9 @@ rules, all stations in one batch, as ``guard run`` does. Three ways:
   (``Rule.slow``; off by default) and without the persist clause (Session 13's way);
 - ``enrolled_no_persist``, ``enrolled_accepting_stops_no_persist``: the enrolled ways
   without the persist clause (``Rule.persist``, on by default since Session 14): the
-  decision before it.
+  decision before it;
+- ``enrolled_accepting_stops_no_quick``: every station without the quick clause
+  (``Rule.quick``, on by default since Session 38): the decision before it.
 
 Reported per way, overall and per family (shaft speed, housing resonance, extra noise):
 false stops (and on how many stations), misses (a false stop's cool-down may cost a fault),
@@ -288,6 +290,7 @@ def _run(
         [r.lines for r in per],
         [r.orders for r in per],
         [r.strong for r in per],
+        [r.quick for r in per],
     )
     lined = np.zeros(n, dtype=bool)
     audio = None  # the scored part's windows, for the stations with known bearing orders
@@ -476,7 +479,8 @@ Ways = dict[str, tuple[list[Enrolment | None], Rules]]
 def _ways(n_stations: int, accepted: list[Enrolment | None], fitted: Sequence[Enrolment]) -> Ways:
     """The ways both evaluations replay: no enrolment, the stations ``enroll`` accepts, every
     station (``fitted``), and those with the rhythm clause, without the persist clause,
-    without the envelope lines and with Session 13's slow clause instead of it."""
+    without the envelope lines, without the quick clause (Session 37's decision) and with
+    Session 13's slow clause instead of the persist clause."""
     return {
         "general": ([None] * n_stations, Rules()),
         "enrolled": (accepted, Rules()),
@@ -485,6 +489,7 @@ def _ways(n_stations: int, accepted: list[Enrolment | None], fitted: Sequence[En
         "enrolled_no_persist": (accepted, Rules(Rule(persist=0))),
         "enrolled_accepting_stops_no_persist": (list(fitted), Rules(Rule(persist=0))),
         "enrolled_accepting_stops_no_lines": (list(fitted), Rules(Rule(lines=0))),
+        "enrolled_accepting_stops_no_quick": (list(fitted), Rules(Rule(quick=0))),
         "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR, persist=0))),
         "enrolled_accepting_stops_slow": (list(fitted), Rules(Rule(slow=SLOW_BAR, persist=0))),
     }

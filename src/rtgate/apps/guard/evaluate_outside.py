@@ -11,7 +11,9 @@ two enrolled ways again with the rules' rhythm clause at ``baseline.RHYTHM_MARGI
 and with the rules' slow clause at ``baseline.SLOW_BAR`` (``enrolled_slow``,
 ``enrolled_accepting_stops_slow``; off by default, Session 13, without the persist clause),
 and without the persist clause that is on by default since Session 14
-(``enrolled_no_persist``, ``enrolled_accepting_stops_no_persist``: the decision before it).
+(``enrolled_no_persist``, ``enrolled_accepting_stops_no_persist``: the decision before it),
+and without the quick clause on by default since Session 38
+(``enrolled_accepting_stops_no_quick``: the decision before it).
 With ``station_model``, ``enrolled_accepting_stops_station_model`` is the station's own
 model *and* the persist clause (the default rule), ``..._station_model_no_persist`` the
 model alone.

@@ -99,6 +99,7 @@ class Guard:
         lines = [self.rules.for_station(s).lines for s in self.stations]
         orders = [self.rules.for_station(s).orders for s in self.stations]
         strong = [self.rules.for_station(s).strong for s in self.stations]
+        quick = [self.rules.for_station(s).quick for s in self.stations]
         self.baselines = Baselines(
             enrolments or [None] * n,
             novelty,
@@ -109,6 +110,7 @@ class Guard:
             lines,
             orders,
             strong,
+            quick,
         )
         # the envelope's rhythm and lines, only when some station's rule and enrolment use them
         self.rhythm = Rhythm(n) if self.baselines.rhythm_clause else None
@@ -226,6 +228,7 @@ class Guard:
             own_model = bool(np.isfinite(base.own_threshold[d.index]))
             own_slow = bool(np.isfinite(base.slow_threshold[d.index]))
             own_persist = bool(np.isfinite(base.persist_threshold[d.index]))
+            own_quick = bool(np.isfinite(base.quick_threshold[d.index]))
             own_lines = float(base.lines_margin[d.index])  # the margins it applies (0: off)
             own_orders = float(base.orders_margin[d.index])
             own_strong = float(base.strong_margin[d.index])
@@ -239,6 +242,7 @@ class Guard:
                 own_lines,
                 own_orders,
                 own_strong,
+                own_quick,
             )
             msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, rule)
             ev = StopEvent(msg, self.topics[d.index], d.index, np.zeros(0, np.float32), now)

@@ -11,6 +11,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     rhythm = 0.0                  # enrolled stations: a rhythm this far over its own is a hit
     slow = 0.0                    # enrolled stations (format /5): a slow rise this far is a hit
     persist = 6.0                 # enrolled stations (format /6): a steady rise this far (0: off)
+    quick = 3.0                   # (format /12) the same over 60 ms (0: off)
     lines = 0.5                   # enrolled stations (format /7-/9): new envelope lines (0: off)
     orders = 0.35                 # enrolled with its bearing's orders (/10): a comb there (0: off)
     strong = 1.0                  # (/11) one evaluation's comb there, twice (0: off)
@@ -57,6 +58,7 @@ _FIELDS = {
     "rhythm",
     "slow",
     "persist",
+    "quick",
     "lines",
     "orders",
     "strong",
@@ -148,6 +150,17 @@ class Rule:
     detector hears; 0 turns it off. A loud defect's comb is there within an evaluation or
     two, and the hold made it wait 0.96 s more. On by default at ``orders.STRONG_MARGIN``
     (docs/guard.md, Session 36); files of formats /1-/10 decide as before it.
+
+    ``quick``: for a station whose enrolment measured the quick median's range (format /12,
+    what ``guard enroll`` writes from Session 38 on), the persist clause's statistic over the
+    last ``baseline.QUICK_WINDOWS`` (3) windows instead of 31, against the highest that short
+    median reached on the healthy recording, is a hit at this many times it, under the same
+    vetoes plus the low bands' own short median (``baseline.QUICK_LOW_VETO``), and not in a
+    run's first ``baseline.QUICK_WARMUP`` windows (``steady.py``); 0 turns it off. A defect
+    ringing the high bands louder than anything the station's healthy recording rang there
+    for two windows stops within tens of milliseconds instead of after the longer median
+    fills. On by default at ``baseline.QUICK_BAR`` (docs/guard.md, Session 38); files of
+    formats /1-/11 decide as before it.
     """
 
     threshold: float = 0.92
@@ -159,6 +172,7 @@ class Rule:
     rhythm: float = 0.0
     slow: float = 0.0
     persist: float = 6.0  # baseline.PERSIST_BAR
+    quick: float = 3.0  # baseline.QUICK_BAR
     lines: float = 0.5  # lines.LINES_MARGIN
     orders: float = 0.35  # orders.ORDERS_MARGIN
     strong: float = 1.0  # orders.STRONG_MARGIN
@@ -191,6 +205,9 @@ class Rule:
         pe = self.persist
         if not (isinstance(pe, int | float) and (pe == 0 or 1.0 <= pe <= 1000.0)):
             raise ConfigError(f"persist must be 0 (off) or in [1, 1000], got {pe!r}")
+        qu = self.quick
+        if not (isinstance(qu, int | float) and (qu == 0 or 1.0 <= qu <= 1000.0)):
+            raise ConfigError(f"quick must be 0 (off) or in [1, 1000], got {qu!r}")
         li = self.lines
         if not (isinstance(li, int | float) and 0.0 <= li <= 20.0):
             raise ConfigError(f"lines must be 0 (off) or a margin in (0, 20], got {li!r}")
@@ -225,6 +242,7 @@ class Rule:
         lines: bool | float = False,
         orders: bool | float = False,
         strong: bool | float = False,
+        quick: bool = False,
     ) -> str:
         """The rule (its k-of-n clause, or with ``instant`` its one-window clause) as it
         appears in a stop message; with ``novel``, the k-of-n clause with the station's own
@@ -232,7 +250,8 @@ class Rule:
         measured its rhythm) the rhythm, with ``own`` its own model (format /4), and with
         ``slow`` its slow range (format /5), with ``persist`` its median's range (/6), with
         ``lines`` its envelope lines (/7), with ``orders`` its bearing's orders (/10), with
-        ``strong`` its strong comb (/11); a number for ``lines``, ``orders`` or ``strong``
+        ``strong`` its strong comb (/11), with ``quick`` its quick median's range (/12); a
+        number for ``lines``, ``orders`` or ``strong``
         is the margin the station applies (its hearing detector doubles the rule's, its
         orders make the lines a backstop), shown instead of the rule's."""
         if instant:
@@ -248,6 +267,8 @@ class Rule:
             hit += f" or slow>={self.slow:g}x own max"
         if novel and persist and self.persist:
             hit += f" or median>={self.persist:g}x own max"
+        if novel and quick and self.quick:
+            hit += f" or 60 ms median>={self.quick:g}x own max"
         if novel and lines and self.lines:
             at = self.lines if isinstance(lines, bool) else lines
             hit += f" or new envelope lines>=own max+{at:.3g}"

@@ -1,0 +1,167 @@
+"""A steady rise of the high bands, vectorised over stations: the persist and quick clauses.
+
+A bearing's impacts ring the high log-mel bands in nearly every 20 ms window once the
+defect is there; a knock or a benign impact rings one or two. So the statistic is a
+*median*: per station and high band, the median of ``z`` (the feature over the station's
+enrolled mean, in its spread) over the last ``windows`` windows, over the highest that median
+reached on the station's healthy recording (its scale, fitted by ``enrol.steady_range`` with
+the same ``windows``); then the second-highest of the high bands (a bearing's impacts are
+broadband up there, a tone is one band). A window is a hit when it reaches the station's bar
+while
+
+- the low bands have been calm (their slow average under ``SLOW_VETO`` times its own range,
+  the caller's ``calm``) for the last ``hold`` windows: a vehicle passing or a change of
+  speed moves the whole spectrum, and its ring must have left the median first;
+- no mid band's median (``PERSIST_MID``, the bands just under the high ones) is ``mid_veto``
+  times over its own: a rise across 4-8 kHz alike is a hiss, where a bearing's impacts lift
+  the top bands far more than those under them;
+- with ``low_veto`` (the quick clause), no low band's median over the same ring is that many
+  times over its own: the slow average needs several windows to cross its veto when a
+  vehicle arrives or the speed changes, and a short ring is over its bar within two.
+
+Two instances run in ``baseline.Baselines``: the persist clause (31 windows, 0.62 s, Session
+14) and the quick clause (a few windows, Session 38), each with its own scale, bar and hold.
+A station without the clause (no scale, or a bar of 0) has an infinite bar and never hits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from rtgate.core.errors import InvalidRequest
+
+__all__ = ["Steady"]
+
+F32 = npt.NDArray[np.float32]
+Rows = npt.NDArray[np.int64]
+
+
+def _median_last(x: F32) -> F32:
+    """The median over the last axis (of odd length), a new array without it."""
+    k = x.shape[-1] // 2
+    out: F32 = np.partition(x, k, axis=-1)[..., k]
+    return out
+
+
+def _second_highest(x: F32) -> F32:
+    """Per row, the second-highest value (a new array)."""
+    k = x.shape[1] - 2
+    out: F32 = np.partition(x, k, axis=1)[:, k]
+    return out
+
+
+class Steady:
+    """The steady-rise statistic of ``n`` stations over a ring of ``windows`` windows.
+
+    ``bars``: per station, the bar (``inf``: off); ``high_inv``, ``mid_inv``: per station,
+    one over the scale of each high and each mid band (zeros where off); ``hold``: windows
+    the low bands must have been calm; ``mid_veto``: the mid bands' veto, in their scale;
+    ``warmup``: windows after a reset before a hit: the low bands' slow average starts at 0
+    and needs about ``1 / SLOW_ALPHA`` windows before its veto can see a vehicle or a new
+    speed (a short ring is full long before); ``low_inv``: per station, one over the scale
+    of each low band, whose median over the ring must stay under ``low_veto`` (None: no such
+    veto).
+    """
+
+    def __init__(
+        self,
+        windows: int,
+        hold: int,
+        mid_veto: float,
+        bars: F32,
+        high_inv: F32,
+        mid_inv: F32,
+        warmup: int = 0,
+        low_inv: F32 | None = None,
+        low_veto: float = float("inf"),
+    ) -> None:
+        n = bars.shape[0]
+        if windows < 1 or windows % 2 == 0:
+            raise InvalidRequest(f"a steady rise needs an odd number of windows, got {windows}")
+        if high_inv.shape[0] != n or mid_inv.shape[0] != n or high_inv.shape[1] < 2:
+            raise InvalidRequest("a steady rise needs a scale per station and >= 2 high bands")
+        if hold < 1 or warmup < 0:
+            raise InvalidRequest(f"a steady rise needs hold >= 1, warmup >= 0: {hold}, {warmup}")
+        self.windows, self.hold, self.mid_veto = windows, hold, np.float32(mid_veto)
+        self.warmup = warmup
+        self.threshold = bars.astype(np.float32)
+        self.clause = bool(np.isfinite(self.threshold).any())
+        self._high_inv = high_inv.astype(np.float32)
+        self._mid_inv = mid_inv.astype(np.float32)
+        self.last = np.zeros(n, np.float32)  # the statistic of the last window
+        # the rings of the high and of the mid bands' z (station, band, window)
+        self._ring = np.zeros((n, high_inv.shape[1], windows), np.float32)
+        self._ring_mid = np.zeros((n, mid_inv.shape[1], windows), np.float32)
+        self._low_inv = None if low_inv is None else low_inv.astype(np.float32)
+        self.low_veto = np.float32(low_veto)
+        lows = 0 if low_inv is None else low_inv.shape[1]
+        self._ring_low = np.zeros((n, lows, windows), np.float32)
+        self._work = np.zeros_like(self._ring)
+        self._pos = np.zeros(n, np.int64)  # where each station's next window goes
+        # windows since the low veto (or, less the warm-up, since the reset)
+        self._calm_run = np.full(n, hold - warmup, np.int64)
+        self._rows = np.arange(n)
+
+    def push(self, high: F32, mid: F32, low: F32, rows: Rows | None = None) -> None:
+        """Add the newest window's high, mid and low bands' ``z`` of ``rows`` (default all;
+        the low ones are kept only with a low veto)."""
+        if rows is None:
+            self._ring[self._rows, :, self._pos] = high
+            self._ring_mid[self._rows, :, self._pos] = mid
+            if self._low_inv is not None:
+                self._ring_low[self._rows, :, self._pos] = low
+            self._pos += 1
+            self._pos %= self.windows
+            return
+        pos = self._pos[rows]
+        self._ring[rows, :, pos] = high
+        self._ring_mid[rows, :, pos] = mid
+        if self._low_inv is not None:
+            self._ring_low[rows, :, pos] = low
+        self._pos[rows] = (pos + 1) % self.windows
+
+    def _vetoed(self, rows: Rows) -> npt.NDArray[np.bool_]:
+        """Which of ``rows`` the mid bands' (or the low bands') median vetoes."""
+        m = _median_last(self._ring_mid[rows]) * self._mid_inv[rows]
+        out: npt.NDArray[np.bool_] = m.max(axis=1) >= self.mid_veto
+        if self._low_inv is not None:
+            low = _median_last(self._ring_low[rows]) * self._low_inv[rows]
+            out |= low.max(axis=1) >= self.low_veto
+        return out
+
+    def hits(self, calm: npt.NDArray[np.bool_], rows: Rows | None = None) -> npt.NDArray[np.bool_]:
+        """Which of ``rows`` (default all) are hits this window; ``calm``: whether each one's
+        low bands are under their veto this window. Sets :attr:`last`."""
+        if rows is None:
+            work = self._work
+            np.copyto(work, self._ring)
+            work.partition(self.windows // 2, axis=2)
+            med = work[:, :, self.windows // 2]
+            med *= self._high_inv
+            self.last[:] = _second_highest(med)
+            self._calm_run += 1
+            self._calm_run[~calm] = 0
+            over: npt.NDArray[np.bool_] = (self.last >= self.threshold) & (
+                self._calm_run >= self.hold
+            )
+            due = np.flatnonzero(over)
+            if len(due):  # the vetoes, only where the high bands reach the bar
+                over[due] = ~self._vetoed(due)
+            return over
+        v = _second_highest(_median_last(self._ring[rows]) * self._high_inv[rows])
+        self.last[rows] = v
+        run = np.where(calm, self._calm_run[rows] + 1, 0)
+        self._calm_run[rows] = run
+        ok = (run >= self.hold) & ~self._vetoed(rows)
+        out: npt.NDArray[np.bool_] = (v >= self.threshold[rows]) & ok
+        return out
+
+    def reset(self, stream: int | None = None) -> None:
+        """Forget one station's windows (or all): a new recording."""
+        sel = slice(None) if stream is None else stream
+        self._ring[sel] = 0.0
+        self._ring_mid[sel] = 0.0
+        self._ring_low[sel] = 0.0
+        self._pos[sel] = 0
+        self._calm_run[sel] = self.hold - self.warmup
