@@ -153,7 +153,7 @@ def test_a_format_6_file_round_trips_and_a_bad_one_is_refused(tmp_path: Path) ->
     refused({"persist": {"windows": PERSIST_WINDOWS, "scale": [0.1] * N_FEATURES}}, "median")
     refused({"persist": {"windows": PERSIST_WINDOWS, "scale": [1.0] * 3}}, "scale")
     refused({"persist": {"windows": 11, "scale": [1.0] * N_FEATURES}}, "enrol the station again")
-    refused({"persist": None}, "needs a median range")
+    refused({"persist": None}, "needs a persist median range")
 
 
 def test_the_clause_is_on_by_default_and_a_stop_by_it_says_so() -> None:

@@ -187,7 +187,7 @@ def test_format_12_round_trips_and_older_files_load_without_the_clause() -> None
     with pytest.raises(ConfigError, match="over 5 windows"):
         Enrolment.from_json(json.dumps(other))
     gone = dict(doc, model={k: v for k, v in doc["model"].items() if k != "quick"})
-    with pytest.raises(ConfigError, match="needs a quick range"):
+    with pytest.raises(ConfigError, match="needs a quick median range"):
         Enrolment.from_json(json.dumps(gone))
     with pytest.raises(ConfigError, match="quick range needs"):
         replace(e, quick_scale=np.zeros(N_FEATURES, np.float32))

@@ -78,6 +78,13 @@ and without the hold a vehicle's pass still in the ring's median was a hit once 
 had let go (a spindle with a forklift's reversing beeper, outside seed 20261204). It only
 adds hits.
 
+The quick rise (format /12, Session 38; the rules' ``quick`` clause, on by default at
+``QUICK_BAR``): the same statistic over the last ``QUICK_WINDOWS`` windows (60 ms) against
+its own range (``quick_scale``), under the same vetoes plus the low bands' own median over
+those windows (``QUICK_LOW_VETO``: the slow average is too slow for a ring this short), and
+not in a run's first ``QUICK_WARMUP`` windows. Both rises are ``steady.Steady``. It only
+adds hits.
+
 Files (:class:`EnrolmentStore`): one JSON file per station in a directory: the numbers, the
 provenance of the recording and the detector they belong to. Format /3 added
 ``detector_logit``; files of format /1 and /2 load without it and decide as before it.
@@ -232,6 +239,20 @@ def detector_identity(model_path: str | Path, info: Mapping[str, Any]) -> dict[s
     except OSError as e:
         raise ConfigError(f"cannot read detector model {p}: {e.strerror or e}") from e
     return {"file": p.name, "sha256": sha, "digest": info.get("digest")}
+
+
+def _median_range(model: Mapping[str, Any], key: str, windows: int, fmt: str, where: str) -> F32:
+    """A steady rise's range from a file (``"persist"`` or ``"quick"``): its scale, refused
+    when missing or measured over another number of windows than this version's."""
+    part = model.get(key)
+    if not isinstance(part, dict):
+        raise ConfigError(f"{where}: a file of format {fmt} needs a {key} median range")
+    if part.get("windows") != windows:
+        raise ConfigError(
+            f"{where}: a {key} median over {part.get('windows')!r} windows; this version "
+            f"uses {windows}: enrol the station again"
+        )
+    return _vector(part, "scale", where)
 
 
 def _vector(data: Mapping[str, Any], key: str, where: str) -> F32:
@@ -495,15 +516,7 @@ class Enrolment:
                 raise ConfigError(f"{where}: the slow average's alpha must be a number")
         persist_scale = None
         if fmt in _STEADIED:  # older: no median's range
-            persist = model.get("persist")
-            if not isinstance(persist, dict):
-                raise ConfigError(f"{where}: a file of format {fmt} needs a median range")
-            if persist.get("windows") != PERSIST_WINDOWS:
-                raise ConfigError(
-                    f"{where}: a median over {persist.get('windows')!r} windows; this version "
-                    f"uses {PERSIST_WINDOWS}: enrol the station again"
-                )
-            persist_scale = _vector(persist, "scale", where)
+            persist_scale = _median_range(model, "persist", PERSIST_WINDOWS, fmt, where)
         lines = None
         if fmt in _LINED:  # older formats: no envelope lines, as before
             if "lines" not in model:
@@ -533,15 +546,7 @@ class Enrolment:
                 )
         quick_scale = None
         if fmt == FORMAT_QUICK:  # older: no quick range
-            quick = model.get("quick")
-            if not isinstance(quick, dict):
-                raise ConfigError(f"{where}: a file of format {fmt} needs a quick range")
-            if quick.get("windows") != QUICK_WINDOWS:
-                raise ConfigError(
-                    f"{where}: a quick median over {quick.get('windows')!r} windows; this "
-                    f"version uses {QUICK_WINDOWS}: enrol the station again"
-                )
-            quick_scale = _vector(quick, "scale", where)
+            quick_scale = _median_range(model, "quick", QUICK_WINDOWS, fmt, where)
         try:
             return cls(
                 station,
