@@ -34,6 +34,8 @@ from rtgate.apps.guard.rules import Rule
 from rtgate.apps.guard.steady import Steady
 from rtgate.core.errors import ConfigError, InvalidRequest
 
+from .test_guard_persist import _hits  # each window's own hit of station 0
+
 HIGH = np.arange(N_FEATURES)[SLOW_HIGH]
 MID = np.arange(N_FEATURES)[PERSIST_MID]
 LOW = np.arange(N_FEATURES)[SLOW_LOW]
@@ -64,14 +66,6 @@ def _window(high: float = 0.0, low: float = 0.0, mid: float = 0.0) -> np.ndarray
     f[0, LOW] = low
     f[0, MID] = mid
     return f
-
-
-def _hits(base: Baselines, windows: list[np.ndarray]) -> list[bool]:
-    out = []
-    for f in windows:
-        base.adjust(f, np.full(len(f), 0.01, np.float32))
-        out.append(bool(base.last_novel[0]))
-    return out
 
 
 def _calm(n: int) -> list[np.ndarray]:
