@@ -142,20 +142,18 @@ class Steady:
             self.last[:] = _second_highest(med)
             self._calm_run += 1
             self._calm_run[~calm] = 0
-            over: npt.NDArray[np.bool_] = (self.last >= self.threshold) & (
-                self._calm_run >= self.hold
-            )
-            due = np.flatnonzero(over)
-            if len(due):  # the vetoes, only where the high bands reach the bar
-                over[due] = ~self._vetoed(due)
-            return over
-        v = _second_highest(_median_last(self._ring[rows]) * self._high_inv[rows])
-        self.last[rows] = v
-        run = np.where(calm, self._calm_run[rows] + 1, 0)
-        self._calm_run[rows] = run
-        ok = (run >= self.hold) & ~self._vetoed(rows)
-        out: npt.NDArray[np.bool_] = (v >= self.threshold[rows]) & ok
-        return out
+            v, run, thr, idx = self.last, self._calm_run, self.threshold, self._rows
+        else:
+            v = _second_highest(_median_last(self._ring[rows]) * self._high_inv[rows])
+            self.last[rows] = v
+            run = np.where(calm, self._calm_run[rows] + 1, 0)
+            self._calm_run[rows] = run
+            thr, idx = self.threshold[rows], rows
+        over: npt.NDArray[np.bool_] = (v >= thr) & (run >= self.hold)
+        due = np.flatnonzero(over)
+        if len(due):  # the vetoes, only where the high bands reach the bar
+            over[due] = ~self._vetoed(idx[due])
+        return over
 
     def reset(self, stream: int | None = None) -> None:
         """Forget one station's windows (or all): a new recording."""
