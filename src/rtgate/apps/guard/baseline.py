@@ -85,6 +85,15 @@ those windows (``QUICK_LOW_VETO``: the slow average is too slow for a ring this 
 not in a run's first ``QUICK_WARMUP`` windows. Both rises are ``steady.Steady``. It only
 adds hits.
 
+The quick rise in decibels (the same /12 range; the rules' ``quick_db`` clause, on by
+default at ``QUICK_DB_BAR``; Session 39): the same 3-window median, but per band in decibels
+over the highest it reached on the healthy recording (``(median z - quick_scale) * sd *
+10 / ln 10``), the second-highest of the high bands at the bar, vetoed while a low band's
+short median stands ``QUICK_DB_LOW_VETO`` decibels over its own highest (no mid veto), with
+the same hold and warm-up. A ratio of ``z`` asks a band whose healthy median wandered far
+(a fan's impacts, a drive's whine) to rise far more decibels than a quiet one; the decibels
+ask the same of every band. It only adds hits.
+
 Files (:class:`EnrolmentStore`): one JSON file per station in a directory: the numbers, the
 provenance of the recording and the detector they belong to. Format /3 added
 ``detector_logit``; files of format /1 and /2 load without it and decide as before it.
@@ -145,6 +154,8 @@ __all__ = [
     "PERSIST_MID_VETO",
     "PERSIST_WINDOWS",
     "QUICK_BAR",
+    "QUICK_DB_BAR",
+    "QUICK_DB_LOW_VETO",
     "QUICK_HOLD",
     "QUICK_LOW_VETO",
     "QUICK_WARMUP",
@@ -223,6 +234,9 @@ QUICK_HOLD = QUICK_WINDOWS // 2 + 1  # windows the low veto holds for it
 QUICK_BAR = 3.0  # the rules' quick bar (Session 38)
 QUICK_WARMUP = round(1 / SLOW_ALPHA)  # no quick hit in a run's first 20 windows (its veto)
 QUICK_LOW_VETO = 3.0  # no quick hit while a low band's short median is this far over its own
+QUICK_DB_BAR = 8.0  # the rules' quick_db bar: decibels over the band's own highest (Session 39)
+QUICK_DB_LOW_VETO = 3.0  # no quick_db hit while a low band's short median is this many dB over
+DB = float(10.0 / np.log(10.0))  # decibels of energy per natural-log unit of a log-mel band
 
 
 def default_enrolment_dir() -> Path:
@@ -661,7 +675,9 @@ class Baselines:
     under ``PERSIST_MID_VETO`` times theirs (``steady.Steady``).
     ``quick``: per station, the rule's quick bar (``Rule.quick``, 0: off); the same with the
     median over the last ``QUICK_WINDOWS`` windows, its own scale (format /12,
-    ``Enrolment.quick_scale``) and ``QUICK_HOLD``.
+    ``Enrolment.quick_scale``) and ``QUICK_HOLD``. ``quick_db``: per station, the rule's
+    quick bar in decibels (``Rule.quick_db``, 0: off): the same median and scale, in decibels
+    over the band's own highest (``QUICK_DB_LOW_VETO``, no mid veto).
     """
 
     def __init__(
@@ -676,6 +692,7 @@ class Baselines:
         orders: Sequence[float] | None = None,
         strong: Sequence[float] | None = None,
         quick: Sequence[float] | None = None,
+        quick_db: Sequence[float] | None = None,
     ) -> None:
         n = len(enrolments)
         self.enrolments = list(enrolments)
@@ -770,14 +787,27 @@ class Baselines:
             QUICK_WARMUP,
             QUICK_LOW_VETO,
         )
+        self._quick_db = _steady(
+            enrolments,
+            quick_db,
+            "quick_db",
+            QUICK_WINDOWS,
+            QUICK_HOLD,
+            lambda e: e.quick_scale,
+            QUICK_WARMUP,
+            QUICK_DB_LOW_VETO,
+            decibels=True,
+        )
+        steadies = (self._persist, self._quick, self._quick_db)
         for i, e in enumerate(enrolments):  # the low bands' veto needs their slow range
-            if np.isfinite(self._persist.threshold[i]) or np.isfinite(self._quick.threshold[i]):
+            if any(np.isfinite(s.threshold[i]) for s in steadies):
                 assert e is not None and e.slow_scale is not None  # Enrolment checks it
                 self._slow_a[i] = e.slow_alpha
                 self._slow_inv[i] = 1.0 / e.slow_scale
         self.persist_clause = self._persist.clause
         self.quick_clause = self._quick.clause
-        self._steadies = [s for s in (self._persist, self._quick) if s.clause]
+        self.quick_db_clause = self._quick_db.clause
+        self._steadies = [s for s in steadies if s.clause]
         self._rows = np.arange(n)
         self._ema = self.slow_clause or bool(self._steadies)  # the slow average (and veto)
         self._ms = np.zeros((n, N_FEATURES), np.float32)
@@ -859,6 +889,16 @@ class Baselines:
         """Per station, the quick clause's bar (infinity: off)."""
         return self._quick.threshold
 
+    @property
+    def last_quick_db(self) -> F32:
+        """Per station, the quick clause's statistic in decibels of the last window."""
+        return self._quick_db.last
+
+    @property
+    def quick_db_threshold(self) -> F32:
+        """Per station, the quick clause's bar in decibels (infinity: off)."""
+        return self._quick_db.threshold
+
     def rhythmic(self, rhythm: F32, rows: npt.ArrayLike | None = None) -> npt.NDArray[np.bool_]:
         """Which of the stations in ``rows`` (default all) reach their rhythm threshold with
         the statistics ``rhythm`` (``rhythm.Rhythm.step``)."""
@@ -892,6 +932,7 @@ class Baselines:
         self._ms[sel] = 0.0
         self._persist.reset(stream)
         self._quick.reset(stream)
+        self._quick_db.reset(stream)
         if self.lines is not None:
             self.lines.reset(stream)
 
@@ -1033,10 +1074,13 @@ def _steady(
     scale_of: Callable[[Enrolment], F32 | None],
     warmup: int = 0,
     low_veto: float | None = None,
+    decibels: bool = False,
 ) -> Steady:
     """A steady rise (``steady.py``) over ``windows`` for the stations whose enrolment has
     its scale (``scale_of``) and whose bar is over 0; ``low_veto``: the low bands' median
-    over the same ring vetoes at this many times its scale (None: no such veto)."""
+    over the same ring vetoes at this many times its scale (None: no such veto);
+    ``decibels``: the statistic and the low veto in decibels over the scale instead of
+    times it, and no mid veto."""
     n = len(enrolments)
     pb = np.zeros(n, np.float32) if bars is None else np.asarray(bars, np.float32)
     if pb.shape != (n,):
@@ -1046,13 +1090,34 @@ def _steady(
     mid_inv = np.zeros((n, mid), np.float32)
     low_inv = np.zeros((n, len(range(N_FEATURES)[SLOW_LOW])), np.float32)
     threshold = np.full(n, np.inf, np.float32)
+    high_off, low_off = np.zeros_like(high_inv), np.zeros_like(low_inv)
     for i, e in enumerate(enrolments):
         scale = scale_of(e) if e is not None else None
-        if scale is not None and pb[i] > 0:
+        if scale is None or pb[i] <= 0:
+            continue
+        threshold[i] = pb[i]
+        assert e is not None  # a scale comes from an enrolment
+        if decibels:  # (median z - scale) * sd in dB: the median over its own highest
+            high_inv[i], low_inv[i] = DB * e.sd[SLOW_HIGH], DB * e.sd[SLOW_LOW]
+            high_off[i], low_off[i] = scale[SLOW_HIGH], scale[SLOW_LOW]
+        else:
             high_inv[i] = 1.0 / scale[SLOW_HIGH]
             mid_inv[i] = 1.0 / scale[PERSIST_MID]
             low_inv[i] = 1.0 / scale[SLOW_LOW]
-            threshold[i] = pb[i]
+    if decibels:
+        return Steady(
+            windows,
+            hold,
+            math.inf,
+            threshold,
+            high_inv,
+            mid_inv,
+            warmup,
+            low_inv,
+            math.inf if low_veto is None else low_veto,
+            high_off,
+            low_off,
+        )
     if low_veto is None:
         return Steady(windows, hold, PERSIST_MID_VETO, threshold, high_inv, mid_inv, warmup)
     return Steady(

@@ -263,6 +263,7 @@ def _replay(rec: Recording, enrolment: Enrolment, rule: Rule) -> tuple[F32, int]
         slow=[rule.slow],
         persist=[rule.persist],
         quick=[rule.quick],
+        quick_db=[rule.quick_db],
     )
     logits = _logits(rec)
     novelty = np.zeros(len(rec.scores), np.float32)

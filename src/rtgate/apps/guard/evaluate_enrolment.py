@@ -25,8 +25,11 @@ rules, all stations in one batch, as ``guard run`` does. Three ways:
 - ``enrolled_no_persist``, ``enrolled_accepting_stops_no_persist``: the enrolled ways
   without the persist clause (``Rule.persist``, on by default since Session 14): the
   decision before it;
-- ``enrolled_accepting_stops_no_quick``: every station without the quick clause
-  (``Rule.quick``, on by default since Session 38): the decision before it.
+- ``enrolled_accepting_stops_no_quick``: every station without the quick clauses
+  (``Rule.quick``, on by default since Session 38, and ``Rule.quick_db``, since Session
+  39): the decision before them;
+- ``enrolled_accepting_stops_no_quick_db``: every station without the quick clause in
+  decibels (Session 38's decision).
 
 Reported per way, overall and per family (shaft speed, housing resonance, extra noise):
 false stops (and on how many stations), misses (a false stop's cool-down may cost a fault),
@@ -291,6 +294,7 @@ def _run(
         [r.orders for r in per],
         [r.strong for r in per],
         [r.quick for r in per],
+        [r.quick_db for r in per],
     )
     lined = np.zeros(n, dtype=bool)
     audio = None  # the scored part's windows, for the stations with known bearing orders
@@ -479,8 +483,9 @@ Ways = dict[str, tuple[list[Enrolment | None], Rules]]
 def _ways(n_stations: int, accepted: list[Enrolment | None], fitted: Sequence[Enrolment]) -> Ways:
     """The ways both evaluations replay: no enrolment, the stations ``enroll`` accepts, every
     station (``fitted``), and those with the rhythm clause, without the persist clause,
-    without the envelope lines, without the quick clause (Session 37's decision) and with
-    Session 13's slow clause instead of the persist clause."""
+    without the envelope lines, without both quick clauses (Session 37's decision), without
+    the one in decibels (Session 38's) and with Session 13's slow clause instead of the
+    persist clause."""
     return {
         "general": ([None] * n_stations, Rules()),
         "enrolled": (accepted, Rules()),
@@ -489,7 +494,8 @@ def _ways(n_stations: int, accepted: list[Enrolment | None], fitted: Sequence[En
         "enrolled_no_persist": (accepted, Rules(Rule(persist=0))),
         "enrolled_accepting_stops_no_persist": (list(fitted), Rules(Rule(persist=0))),
         "enrolled_accepting_stops_no_lines": (list(fitted), Rules(Rule(lines=0))),
-        "enrolled_accepting_stops_no_quick": (list(fitted), Rules(Rule(quick=0))),
+        "enrolled_accepting_stops_no_quick": (list(fitted), Rules(Rule(quick=0, quick_db=0))),
+        "enrolled_accepting_stops_no_quick_db": (list(fitted), Rules(Rule(quick_db=0))),
         "enrolled_slow": (accepted, Rules(Rule(slow=SLOW_BAR, persist=0))),
         "enrolled_accepting_stops_slow": (list(fitted), Rules(Rule(slow=SLOW_BAR, persist=0))),
     }

@@ -12,8 +12,9 @@ and with the rules' slow clause at ``baseline.SLOW_BAR`` (``enrolled_slow``,
 ``enrolled_accepting_stops_slow``; off by default, Session 13, without the persist clause),
 and without the persist clause that is on by default since Session 14
 (``enrolled_no_persist``, ``enrolled_accepting_stops_no_persist``: the decision before it),
-and without the quick clause on by default since Session 38
-(``enrolled_accepting_stops_no_quick``: the decision before it).
+and without the quick clauses on by default since Sessions 38 and 39
+(``enrolled_accepting_stops_no_quick``: the decision before them) or without the one in
+decibels alone (``enrolled_accepting_stops_no_quick_db``: Session 38's decision).
 With ``station_model``, ``enrolled_accepting_stops_station_model`` is the station's own
 model *and* the persist clause (the default rule), ``..._station_model_no_persist`` the
 model alone.

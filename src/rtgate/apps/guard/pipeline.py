@@ -100,6 +100,7 @@ class Guard:
         orders = [self.rules.for_station(s).orders for s in self.stations]
         strong = [self.rules.for_station(s).strong for s in self.stations]
         quick = [self.rules.for_station(s).quick for s in self.stations]
+        quick_db = [self.rules.for_station(s).quick_db for s in self.stations]
         self.baselines = Baselines(
             enrolments or [None] * n,
             novelty,
@@ -111,6 +112,7 @@ class Guard:
             orders,
             strong,
             quick,
+            quick_db,
         )
         # the envelope's rhythm and lines, only when some station's rule and enrolment use them
         self.rhythm = Rhythm(n) if self.baselines.rhythm_clause else None
@@ -229,6 +231,7 @@ class Guard:
             own_slow = bool(np.isfinite(base.slow_threshold[d.index]))
             own_persist = bool(np.isfinite(base.persist_threshold[d.index]))
             own_quick = bool(np.isfinite(base.quick_threshold[d.index]))
+            own_quick_db = bool(np.isfinite(base.quick_db_threshold[d.index]))
             own_lines = float(base.lines_margin[d.index])  # the margins it applies (0: off)
             own_orders = float(base.orders_margin[d.index])
             own_strong = float(base.strong_margin[d.index])
@@ -243,6 +246,7 @@ class Guard:
                 own_orders,
                 own_strong,
                 own_quick,
+                own_quick_db,
             )
             msg = StopMessage(d.station, round(d.score, 4), now, d.window_end_ts, rule)
             ev = StopEvent(msg, self.topics[d.index], d.index, np.zeros(0, np.float32), now)

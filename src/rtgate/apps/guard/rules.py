@@ -12,6 +12,7 @@ A rules file (TOML) sets defaults and per-station overrides::
     slow = 0.0                    # enrolled stations (format /5): a slow rise this far is a hit
     persist = 6.0                 # enrolled stations (format /6): a steady rise this far (0: off)
     quick = 3.0                   # (format /12) the same over 60 ms (0: off)
+    quick_db = 8.0                # (format /12) that median this many dB over its own (0: off)
     lines = 0.5                   # enrolled stations (format /7-/9): new envelope lines (0: off)
     orders = 0.35                 # enrolled with its bearing's orders (/10): a comb there (0: off)
     strong = 1.0                  # (/11) one evaluation's comb there, twice (0: off)
@@ -59,6 +60,7 @@ _FIELDS = {
     "slow",
     "persist",
     "quick",
+    "quick_db",
     "lines",
     "orders",
     "strong",
@@ -161,6 +163,15 @@ class Rule:
     for two windows stops within tens of milliseconds instead of after the longer median
     fills. On by default at ``baseline.QUICK_BAR`` (docs/guard.md, Session 38); files of
     formats /1-/11 decide as before it.
+
+    ``quick_db``: the quick clause's median against the same range, in decibels: a window
+    is a hit when the second-highest high band's 3-window median stands this many decibels
+    over the highest it reached on the healthy recording, unless a low band's stands
+    ``baseline.QUICK_DB_LOW_VETO`` decibels over its own (same hold and warm-up, no mid
+    veto); 0 turns it off. The ratio asks a band whose healthy median wandered far to rise
+    further than a quiet one; decibels ask the same of every band. On by default at
+    ``baseline.QUICK_DB_BAR`` (docs/guard.md, Session 39); files of formats /1-/11 decide
+    as before it.
     """
 
     threshold: float = 0.92
@@ -173,6 +184,7 @@ class Rule:
     slow: float = 0.0
     persist: float = 6.0  # baseline.PERSIST_BAR
     quick: float = 3.0  # baseline.QUICK_BAR
+    quick_db: float = 8.0  # baseline.QUICK_DB_BAR
     lines: float = 0.5  # lines.LINES_MARGIN
     orders: float = 0.35  # orders.ORDERS_MARGIN
     strong: float = 1.0  # orders.STRONG_MARGIN
@@ -208,6 +220,9 @@ class Rule:
         qu = self.quick
         if not (isinstance(qu, int | float) and (qu == 0 or 1.0 <= qu <= 1000.0)):
             raise ConfigError(f"quick must be 0 (off) or in [1, 1000], got {qu!r}")
+        qd = self.quick_db
+        if not (isinstance(qd, int | float) and (qd == 0 or 1.0 <= qd <= 100.0)):
+            raise ConfigError(f"quick_db must be 0 (off) or decibels in [1, 100], got {qd!r}")
         li = self.lines
         if not (isinstance(li, int | float) and 0.0 <= li <= 20.0):
             raise ConfigError(f"lines must be 0 (off) or a margin in (0, 20], got {li!r}")
@@ -243,6 +258,7 @@ class Rule:
         orders: bool | float = False,
         strong: bool | float = False,
         quick: bool = False,
+        quick_db: bool = False,
     ) -> str:
         """The rule (its k-of-n clause, or with ``instant`` its one-window clause) as it
         appears in a stop message; with ``novel``, the k-of-n clause with the station's own
@@ -250,7 +266,8 @@ class Rule:
         measured its rhythm) the rhythm, with ``own`` its own model (format /4), and with
         ``slow`` its slow range (format /5), with ``persist`` its median's range (/6), with
         ``lines`` its envelope lines (/7), with ``orders`` its bearing's orders (/10), with
-        ``strong`` its strong comb (/11), with ``quick`` its quick median's range (/12); a
+        ``strong`` its strong comb (/11), with ``quick`` its quick median's range (/12) and
+        with ``quick_db`` the same in decibels; a
         number for ``lines``, ``orders`` or ``strong``
         is the margin the station applies (its hearing detector doubles the rule's, its
         orders make the lines a backstop), shown instead of the rule's."""
@@ -269,6 +286,8 @@ class Rule:
             hit += f" or median>={self.persist:g}x own max"
         if novel and quick and self.quick:
             hit += f" or 60 ms median>={self.quick:g}x own max"
+        if novel and quick_db and self.quick_db:
+            hit += f" or 60 ms median>=own max+{self.quick_db:g} dB"
         if novel and lines and self.lines:
             at = self.lines if isinstance(lines, bool) else lines
             hit += f" or new envelope lines>=own max+{at:.3g}"
