@@ -22,7 +22,7 @@ from rtgate.apps.guard.baseline import (
     Enrolment,
 )
 from rtgate.apps.guard.features import N_FEATURES
-from rtgate.apps.guard.rules import Rule
+from rtgate.apps.guard.rules import Rule, Rules
 from rtgate.apps.guard.steady import Steady
 from rtgate.core.errors import ConfigError, InvalidRequest
 
@@ -152,12 +152,16 @@ def test_the_rule_checks_its_decibels_and_names_the_clause() -> None:
     text = Rule().describe(novel=True, quick=True, quick_db=True)
     assert f"60 ms median>=own max+{QUICK_DB_BAR:g} dB" in text
     assert " dB" not in Rule(quick_db=0).describe(novel=True, quick_db=True)
+    parsed = Rules.parse({"quick_db": 10.0, "stations": {"C": {"quick_db": 0}}})
+    assert parsed.default.quick_db == 10.0 and parsed.for_station("C").quick_db == 0
+    with pytest.raises(ConfigError, match="quick_db must be"):
+        Rules.parse({"quick_db": 200})
 
 
-def test_the_steady_rise_refuses_offsets_of_another_shape() -> None:
+def test_the_steady_rise_refuses_biases_of_another_shape() -> None:
     one = np.ones((1, 5), np.float32)
-    with pytest.raises(InvalidRequest, match="offsets"):
-        Steady(3, 2, 3.0, np.ones(1, np.float32), one, one, high_off=np.ones((1, 4), np.float32))
-    with pytest.raises(InvalidRequest, match="offsets"):
-        Steady(3, 2, 3.0, np.ones(1, np.float32), one, one, low_off=np.ones((1, 5), np.float32))
+    with pytest.raises(InvalidRequest, match="biases"):
+        Steady(3, 2, 3.0, np.ones(1, np.float32), one, one, high_bias=np.ones((1, 4), np.float32))
+    with pytest.raises(InvalidRequest, match="biases"):
+        Steady(3, 2, 3.0, np.ones(1, np.float32), one, one, low_bias=np.ones((1, 5), np.float32))
     assert SLOW_HIGH.stop - SLOW_HIGH.start == 5 and len(MID) == 5 and len(LOW) == 30

@@ -1090,7 +1090,7 @@ def _steady(
     mid_inv = np.zeros((n, mid), np.float32)
     low_inv = np.zeros((n, len(range(N_FEATURES)[SLOW_LOW])), np.float32)
     threshold = np.full(n, np.inf, np.float32)
-    high_off, low_off = np.zeros_like(high_inv), np.zeros_like(low_inv)
+    high_bias, low_bias = np.zeros_like(high_inv), np.zeros_like(low_inv)
     for i, e in enumerate(enrolments):
         scale = scale_of(e) if e is not None else None
         if scale is None or pb[i] <= 0:
@@ -1099,7 +1099,8 @@ def _steady(
         assert e is not None  # a scale comes from an enrolment
         if decibels:  # (median z - scale) * sd in dB: the median over its own highest
             high_inv[i], low_inv[i] = DB * e.sd[SLOW_HIGH], DB * e.sd[SLOW_LOW]
-            high_off[i], low_off[i] = scale[SLOW_HIGH], scale[SLOW_LOW]
+            high_bias[i] = scale[SLOW_HIGH] * high_inv[i]
+            low_bias[i] = scale[SLOW_LOW] * low_inv[i]
         else:
             high_inv[i] = 1.0 / scale[SLOW_HIGH]
             mid_inv[i] = 1.0 / scale[PERSIST_MID]
@@ -1115,8 +1116,8 @@ def _steady(
             warmup,
             low_inv,
             math.inf if low_veto is None else low_veto,
-            high_off,
-            low_off,
+            high_bias,
+            low_bias,
         )
     if low_veto is None:
         return Steady(windows, hold, PERSIST_MID_VETO, threshold, high_inv, mid_inv, warmup)

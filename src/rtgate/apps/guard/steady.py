@@ -21,11 +21,11 @@ while
 
 Three instances run in ``baseline.Baselines``: the persist clause (31 windows, 0.62 s,
 Session 14), the quick clause (a few windows, Session 38), each with its own scale, bar and
-hold, and the quick clause in decibels (Session 39). That one gives each band an offset:
-``high_off`` (and ``low_off``) are subtracted from the newest window's ``z`` as it enters
-the ring, so with the offset at the band's own highest median and ``high_inv`` at the band's
-spread in decibels (``10 / ln 10 * sd``) the statistic is how many decibels the median stands
-over the highest it reached on the healthy recording (a median commutes with a shift and a
+hold, and the quick clause in decibels (Session 39). That one gives each band a bias:
+``high_bias`` (and ``low_bias``) are subtracted from the median once it is scaled, so with
+``high_inv`` at the band's spread in decibels (``10 / ln 10 * sd``) and the bias at its own
+highest median times the same, the statistic is how many decibels the median stands over
+the highest it reached on the healthy recording (a median commutes with a shift and a
 positive scale). A station without the clause (no scale, or a bar of 0) has an infinite bar
 and never hits.
 """
@@ -67,8 +67,8 @@ class Steady:
     and needs about ``1 / SLOW_ALPHA`` windows before its veto can see a vehicle or a new
     speed (a short ring is full long before); ``low_inv``: per station, one over the scale
     of each low band, whose median over the ring must stay under ``low_veto`` (None: no such
-    veto); ``high_off``, ``low_off``: per station, what each high (low) band's ``z`` is
-    shifted by as it enters the ring (None: no shift).
+    veto); ``high_bias``, ``low_bias``: per station, what is taken off each high (low)
+    band's scaled median (None: nothing).
     """
 
     def __init__(
@@ -82,8 +82,8 @@ class Steady:
         warmup: int = 0,
         low_inv: F32 | None = None,
         low_veto: float = float("inf"),
-        high_off: F32 | None = None,
-        low_off: F32 | None = None,
+        high_bias: F32 | None = None,
+        low_bias: F32 | None = None,
     ) -> None:
         n = bars.shape[0]
         if windows < 1 or windows % 2 == 0:
@@ -103,13 +103,11 @@ class Steady:
         self._ring = np.zeros((n, high_inv.shape[1], windows), np.float32)
         self._ring_mid = np.zeros((n, mid_inv.shape[1], windows), np.float32)
         self._low_inv = None if low_inv is None else low_inv.astype(np.float32)
-        for off, like, what in ((high_off, high_inv, "high"), (low_off, low_inv, "low")):
-            if off is not None and (like is None or off.shape != like.shape):
-                raise InvalidRequest(
-                    f"a steady rise's {what} offsets need one per station and band"
-                )
-        self._high_off = None if high_off is None else high_off.astype(np.float32)
-        self._low_off = None if low_off is None else low_off.astype(np.float32)
+        for bias, like, what in ((high_bias, high_inv, "high"), (low_bias, low_inv, "low")):
+            if bias is not None and (like is None or bias.shape != like.shape):
+                raise InvalidRequest(f"a steady rise's {what} biases need one per station and band")
+        self._high_bias = None if high_bias is None else high_bias.astype(np.float32)
+        self._low_bias = None if low_bias is None else low_bias.astype(np.float32)
         self.low_veto = np.float32(low_veto)
         lows = 0 if low_inv is None else low_inv.shape[1]
         self._ring_low = np.zeros((n, lows, windows), np.float32)
@@ -122,10 +120,6 @@ class Steady:
     def push(self, high: F32, mid: F32, low: F32, rows: Rows | None = None) -> None:
         """Add the newest window's high, mid and low bands' ``z`` of ``rows`` (default all;
         the low ones are kept only with a low veto)."""
-        if self._high_off is not None:
-            high = high - (self._high_off if rows is None else self._high_off[rows])
-        if self._low_off is not None and self._low_inv is not None:
-            low = low - (self._low_off if rows is None else self._low_off[rows])
         if rows is None:
             self._ring[self._rows, :, self._pos] = high
             self._ring_mid[self._rows, :, self._pos] = mid
@@ -147,6 +141,8 @@ class Steady:
         out: npt.NDArray[np.bool_] = m.max(axis=1) >= self.mid_veto
         if self._low_inv is not None:
             low = _median_last(self._ring_low[rows]) * self._low_inv[rows]
+            if self._low_bias is not None:
+                low -= self._low_bias[rows]
             out |= low.max(axis=1) >= self.low_veto
         return out
 
@@ -159,12 +155,17 @@ class Steady:
             work.partition(self.windows // 2, axis=2)
             med = work[:, :, self.windows // 2]
             med *= self._high_inv
+            if self._high_bias is not None:
+                med -= self._high_bias
             self.last[:] = _second_highest(med)
             self._calm_run += 1
             self._calm_run[~calm] = 0
             v, run, thr, idx = self.last, self._calm_run, self.threshold, self._rows
         else:
-            v = _second_highest(_median_last(self._ring[rows]) * self._high_inv[rows])
+            med = _median_last(self._ring[rows]) * self._high_inv[rows]
+            if self._high_bias is not None:
+                med -= self._high_bias[rows]
+            v = _second_highest(med)
             self.last[rows] = v
             run = np.where(calm, self._calm_run[rows] + 1, 0)
             self._calm_run[rows] = run
