@@ -165,3 +165,20 @@ def test_the_steady_rise_refuses_biases_of_another_shape() -> None:
     with pytest.raises(InvalidRequest, match="biases"):
         Steady(3, 2, 3.0, np.ones(1, np.float32), one, one, low_bias=np.ones((1, 5), np.float32))
     assert SLOW_HIGH.stop - SLOW_HIGH.start == 5 and len(MID) == 5 and len(LOW) == 30
+    no_low = Steady(3, 2, 3.0, np.ones(1, np.float32), one, one)
+    with pytest.raises(InvalidRequest, match="ring of the low bands"):
+        no_low.read_also(np.ones(1, np.float32), one, one, low_inv=np.ones((1, 30), np.float32))
+    with pytest.raises(InvalidRequest, match="a gain per high band"):
+        no_low.read_also(np.ones(1, np.float32), np.ones((1, 4), np.float32), one)
+
+
+def test_the_decibels_read_the_quick_clauses_ring_and_hold() -> None:
+    """One ring, two readings: the decibels hit where the ratio is off, and both clauses on
+    give the hits of either."""
+    both = Baselines([_spread(2.0)], quick=[QUICK_BAR], quick_db=[QUICK_DB_BAR])
+    assert both.quick_clause and both.quick_db_clause
+    db_rise = _calm(FULL) + _rise(QUICK_DB_BAR + 2.0, 2.0, 10)  # z 1 + 10 / 8.7: under 3x
+    hits = _hits(both, db_rise)
+    assert any(hits) and float(both.last_quick[0]) < QUICK_BAR
+    ratio_only = Baselines([_spread(2.0)], quick=[QUICK_BAR])
+    assert not any(_hits(ratio_only, db_rise))

@@ -113,7 +113,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import numpy as np
@@ -774,40 +774,32 @@ class Baselines:
         self.last_slow = np.zeros(n, np.float32)  # the slow statistic of the last window
         # the steady rises (steady.py): the persist clause (format /6) over PERSIST_WINDOWS
         # windows and the quick clause (format /12) over QUICK_WINDOWS; each its own scale
-        self._persist = _steady(
-            enrolments, persist, "persist", PERSIST_WINDOWS, PERSIST_HOLD, lambda e: e.persist_scale
-        )
-        self._quick = _steady(
-            enrolments,
-            quick,
-            "quick",
-            QUICK_WINDOWS,
-            QUICK_HOLD,
-            lambda e: e.quick_scale,
-            QUICK_WARMUP,
-            QUICK_LOW_VETO,
-        )
-        self._quick_db = _steady(
-            enrolments,
-            quick_db,
-            "quick_db",
-            QUICK_WINDOWS,
-            QUICK_HOLD,
-            lambda e: e.quick_scale,
-            QUICK_WARMUP,
+        persist_sc = _scaled(enrolments, persist, "persist", lambda e: e.persist_scale)
+        self._persist = _steady(persist_sc, PERSIST_WINDOWS, PERSIST_HOLD)
+        quick_sc = _scaled(enrolments, quick, "quick", lambda e: e.quick_scale)
+        self._quick = _steady(quick_sc, QUICK_WINDOWS, QUICK_HOLD, QUICK_WARMUP, QUICK_LOW_VETO)
+        # the quick clause in decibels reads the quick clause's ring (its medians and hold)
+        db = _scaled(enrolments, quick_db, "quick_db", lambda e: e.quick_scale, decibels=True)
+        self._quick_db = self._quick.read_also(
+            db.threshold,
+            db.high_inv,
+            db.mid_inv,
+            math.inf,
+            db.low_inv,
             QUICK_DB_LOW_VETO,
-            decibels=True,
+            db.high_bias,
+            db.low_bias,
         )
-        steadies = (self._persist, self._quick, self._quick_db)
+        steady_bars = (self._persist.threshold, self._quick.threshold, self._quick_db.threshold)
         for i, e in enumerate(enrolments):  # the low bands' veto needs their slow range
-            if any(np.isfinite(s.threshold[i]) for s in steadies):
+            if any(np.isfinite(b[i]) for b in steady_bars):
                 assert e is not None and e.slow_scale is not None  # Enrolment checks it
                 self._slow_a[i] = e.slow_alpha
                 self._slow_inv[i] = 1.0 / e.slow_scale
         self.persist_clause = self._persist.clause
-        self.quick_clause = self._quick.clause
+        self.quick_clause = self._quick.readings[0].clause
         self.quick_db_clause = self._quick_db.clause
-        self._steadies = [s for s in steadies if s.clause]
+        self._steadies = [s for s in (self._persist, self._quick) if s.clause]
         self._rows = np.arange(n)
         self._ema = self.slow_clause or bool(self._steadies)  # the slow average (and veto)
         self._ms = np.zeros((n, N_FEATURES), np.float32)
@@ -932,7 +924,6 @@ class Baselines:
         self._ms[sel] = 0.0
         self._persist.reset(stream)
         self._quick.reset(stream)
-        self._quick_db.reset(stream)
         if self.lines is not None:
             self.lines.reset(stream)
 
@@ -1065,22 +1056,28 @@ class Baselines:
         out[deaf] = np.where(np.isfinite(logit), logit, -LOGIT_BOUND)
 
 
-def _steady(
+class _Scaled(NamedTuple):
+    """A steady rise's reading per station (``steady.Reading``'s arrays)."""
+
+    threshold: F32
+    high_inv: F32
+    mid_inv: F32
+    low_inv: F32
+    high_bias: F32 | None
+    low_bias: F32 | None
+
+
+def _scaled(
     enrolments: Sequence[Enrolment | None],
     bars: Sequence[float] | None,
     what: str,
-    windows: int,
-    hold: int,
     scale_of: Callable[[Enrolment], F32 | None],
-    warmup: int = 0,
-    low_veto: float | None = None,
     decibels: bool = False,
-) -> Steady:
-    """A steady rise (``steady.py``) over ``windows`` for the stations whose enrolment has
-    its scale (``scale_of``) and whose bar is over 0; ``low_veto``: the low bands' median
-    over the same ring vetoes at this many times its scale (None: no such veto);
-    ``decibels``: the statistic and the low veto in decibels over the scale instead of
-    times it, and no mid veto."""
+) -> _Scaled:
+    """The bars and gains of a steady rise for the stations whose enrolment has its scale
+    (``scale_of``) and whose bar is over 0: one over the scale of each band, or with
+    ``decibels`` the band's spread in decibels and a bias of its scale times it (the median
+    in decibels over its own highest; no mid bands)."""
     n = len(enrolments)
     pb = np.zeros(n, np.float32) if bars is None else np.asarray(bars, np.float32)
     if pb.shape != (n,):
@@ -1106,24 +1103,20 @@ def _steady(
             mid_inv[i] = 1.0 / scale[PERSIST_MID]
             low_inv[i] = 1.0 / scale[SLOW_LOW]
     if decibels:
-        return Steady(
-            windows,
-            hold,
-            math.inf,
-            threshold,
-            high_inv,
-            mid_inv,
-            warmup,
-            low_inv,
-            math.inf if low_veto is None else low_veto,
-            high_bias,
-            low_bias,
-        )
+        return _Scaled(threshold, high_inv, mid_inv, low_inv, high_bias, low_bias)
+    return _Scaled(threshold, high_inv, mid_inv, low_inv, None, None)
+
+
+def _steady(
+    sc: _Scaled, windows: int, hold: int, warmup: int = 0, low_veto: float | None = None
+) -> Steady:
+    """A steady rise (``steady.py``) over ``windows`` with ``sc`` as its first reading and
+    the mid bands' veto; ``low_veto``: the low bands' median over the same ring vetoes at
+    this many times its scale (None: no such veto, and no ring of the low bands)."""
+    th, hi, mid = sc.threshold, sc.high_inv, sc.mid_inv
     if low_veto is None:
-        return Steady(windows, hold, PERSIST_MID_VETO, threshold, high_inv, mid_inv, warmup)
-    return Steady(
-        windows, hold, PERSIST_MID_VETO, threshold, high_inv, mid_inv, warmup, low_inv, low_veto
-    )
+        return Steady(windows, hold, PERSIST_MID_VETO, th, hi, mid, warmup)
+    return Steady(windows, hold, PERSIST_MID_VETO, th, hi, mid, warmup, sc.low_inv, low_veto)
 
 
 def _rowdot(a: F32, b: F32) -> F32:
