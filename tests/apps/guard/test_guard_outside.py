@@ -130,6 +130,27 @@ def test_evaluate_outside_reports_every_family_with_and_without_enrolment() -> N
     share = on_healthy["all"]["enrolment_share_over_threshold"]
     assert 0.0 <= share["p10"] <= share["p50"] <= share["p90"] <= 1.0
     assert 0 <= on_healthy["all"]["healthy_over_median_fault"] <= 5
+    # station by station: the default's decision, and where each way decides otherwise
+    detail = r["stations_detail"]
+    default = r["enrolled_accepting_stops"]
+    assert [d["station"] for d in detail] == list(range(10))
+    faulty = [d for d in detail if d["fault"] is not None]
+    assert len(faulty) == 5 and all(d["onset_s"] > 0 and d["fault_rms_db"] < 0 for d in faulty)
+    missed = [d for d in faulty if d["onset_to_stop_ms"] is None]
+    assert len(missed) == default["misses"]
+    assert all(d["onset_to_stop_ms"] >= 0 for d in faulty if d not in missed)
+    stopped = sum(1 for d in detail if d["stops_before_onset"] > 0)
+    assert stopped == default["stations_with_false_stops"]
+    assert sum(d["stops_before_onset"] for d in detail) == default["false_stops"]
+    assert "vs_default" not in default
+    for way in ("general", "enrolled_accepting_stops_no_persist"):
+        v = r[way]["vs_default"]
+        more, fewer = v["stopped_healthy_more"], v["stopped_healthy_fewer"]
+        assert r[way]["stations_with_false_stops"] == stopped + len(more) - len(fewer)
+        caught, lost = v["faults_caught_more"], v["faults_missed_more"]
+        assert r[way]["misses"] == default["misses"] - len(caught) + len(lost)
+        assert all(detail[i]["onset_to_stop_ms"] is None for i in caught)
+        assert all(detail[i]["onset_to_stop_ms"] is not None for i in lost)
 
 
 def test_the_rule_statistic_is_the_kth_highest_of_n_windows_in_logit() -> None:

@@ -37,6 +37,14 @@ onset. Where healthy stations reach what faults reach, only a calibration that a
 recording's level (``--accept-stops``, ``baseline.py``) tells them apart, and it would absorb
 a fault present from the start of the recording just the same.
 
+Per station (``stations_detail``): its family, fault, level, onset, backgrounds, drive,
+and under the default decision (``enrolled_accepting_stops``) its first stop after the onset
+(ms from it), its stops before the onset and its highest score; and per way, where it
+decides otherwise than the default, station by station (``vs_default``: the healthy
+stations it stops that the default does not, and those it no longer stops; the faults it
+catches that the default misses, and those it misses that the default catches). A clause or
+a bar is picked on that: no healthy station stopped that the default does not stop.
+
 ``rtgate guard evaluate --set outside [--baseline dcase2020]`` prints the report.
 """
 
@@ -44,7 +52,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -73,9 +81,10 @@ from rtgate.apps.guard.outside import (
 from rtgate.apps.guard.rules import Rule, Rules
 from rtgate.core.errors import InvalidRequest
 
-__all__ = ["STRONG_DB", "bearing_of", "enrolled_on_day", "evaluate_outside"]
+__all__ = ["DEFAULT_WAY", "STRONG_DB", "bearing_of", "enrolled_on_day", "evaluate_outside"]
 
 STRONG_DB = -12.0  # the delay goal is for faults at this level and louder
+DEFAULT_WAY = "enrolled_accepting_stops"  # every station enrolled, the rules' defaults
 SPEED_RANGE = (0.9, 1.4)  # x the nominal shaft speed: the range a user gives (known orders)
 
 
@@ -265,8 +274,10 @@ def evaluate_outside(
         )
     groups = _groups(stations)
     rule = Rules().default
+    outcomes: dict[str, _Outcome] = {}
     for name, (enrolments, rules) in ways.items():
         seen, stops = _run(fleet, feats, enrolments, rules, model, rhythm, envs)
+        outcomes[name] = _outcome(seen, stops, onsets)
         if name == "general":
             on_healthy = {"all": detector_on_healthy(fitted, seen, onsets, rule)}
             for g, idx in groups.items():
@@ -279,10 +290,80 @@ def evaluate_outside(
             sub = [(int(np.searchsorted(idx, i)), t) for i, t in stops if i in keep]
             res[g] = _metrics(seen[idx], sub, onsets[idx], level[idx], STRONG_DB)
         report[name] = res
+    report["stations_detail"] = _detail(stations, onsets, outcomes[DEFAULT_WAY])
+    for name, outcome in outcomes.items():
+        if name != DEFAULT_WAY:
+            report[name]["vs_default"] = _versus(outcome, outcomes[DEFAULT_WAY], onsets)
     if baseline == "dcase2020":
         report["baseline_dcase2020"] = _dcase(stations, enrol_w, dcase_clips, dcase_epochs, log)
     out: dict[str, Any] = _no_nan(report)
     return out
+
+
+class _Outcome(NamedTuple):
+    """One way's decision, per station: its first stop at or after the onset (audio seconds
+    of the scored part; NaN: none), its stops before the onset, its highest score."""
+
+    first: npt.NDArray[np.float64]
+    early: npt.NDArray[np.int64]
+    top: npt.NDArray[np.float32]
+
+
+def _outcome(seen: npt.NDArray[np.float32], stops: list[tuple[int, float]],
+             onsets: npt.NDArray[np.float64]) -> _Outcome:  # fmt: skip
+    first = np.full(len(onsets), np.nan)
+    early = np.zeros(len(onsets), np.int64)
+    for i, t in stops:
+        if t < onsets[i]:
+            early[i] += 1
+        elif np.isnan(first[i]):
+            first[i] = t
+    return _Outcome(first, early, seen.max(axis=1))
+
+
+def _detail(stations: list[Station], onsets: npt.NDArray[np.float64],
+            o: _Outcome) -> list[dict[str, Any]]:  # fmt: skip
+    """Each station's truth and the default way's decision on it (module doc)."""
+    out = []
+    for i, s in enumerate(stations):
+        faulty = s.fault is not None
+        out.append(
+            {
+                "station": i,
+                "family": s.machine.family,
+                "fault": s.fault,
+                "fault_rms_db": round(s.fault_rms_db, 1) if faulty else None,
+                "onset_s": round(float(onsets[i]), 3) if faulty else None,
+                "backgrounds": list(s.machine.backgrounds),
+                "drive_ramp": round(s.machine.ramp, 3),
+                "onset_to_stop_ms": (
+                    round(1000 * float(o.first[i] - onsets[i]), 1)
+                    if faulty and np.isfinite(o.first[i])
+                    else None
+                ),
+                "stops_before_onset": int(o.early[i]),
+                "max_score": round(float(o.top[i]), 4),
+            }
+        )
+    return out
+
+
+def _versus(way: _Outcome, default: _Outcome, onsets: npt.NDArray[np.float64]) -> dict[str, Any]:
+    """Where ``way`` decides otherwise than ``default``, station by station (module doc):
+    a station is stopped healthy when it has a stop before its onset (any stop, healthy)."""
+    faulty = np.isfinite(onsets)
+    was, now = default.early > 0, way.early > 0
+    caught_was, caught_now = np.isfinite(default.first), np.isfinite(way.first)
+
+    def idx(mask: npt.NDArray[np.bool_]) -> list[int]:
+        return [int(i) for i in np.flatnonzero(mask)]
+
+    return {
+        "stopped_healthy_more": idx(now & ~was),
+        "stopped_healthy_fewer": idx(was & ~now),
+        "faults_caught_more": idx(faulty & caught_now & ~caught_was),
+        "faults_missed_more": idx(faulty & caught_was & ~caught_now),
+    }
 
 
 def _no_nan(x: Any) -> Any:
