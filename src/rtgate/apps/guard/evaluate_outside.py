@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -65,6 +65,8 @@ from rtgate.apps.guard.evaluate_enrolment import (
     _features,
     _Fleet,
     _metrics,
+    _Outcome,
+    _outcome,
     _run,
     _ways,
 )
@@ -298,27 +300,6 @@ def evaluate_outside(
         report["baseline_dcase2020"] = _dcase(stations, enrol_w, dcase_clips, dcase_epochs, log)
     out: dict[str, Any] = _no_nan(report)
     return out
-
-
-class _Outcome(NamedTuple):
-    """One way's decision, per station: its first stop at or after the onset (audio seconds
-    of the scored part; NaN: none), its stops before the onset, its highest score."""
-
-    first: npt.NDArray[np.float64]
-    early: npt.NDArray[np.int64]
-    top: npt.NDArray[np.float32]
-
-
-def _outcome(seen: npt.NDArray[np.float32], stops: list[tuple[int, float]],
-             onsets: npt.NDArray[np.float64]) -> _Outcome:  # fmt: skip
-    first = np.full(len(onsets), np.nan)
-    early = np.zeros(len(onsets), np.int64)
-    for i, t in stops:
-        if t < onsets[i]:
-            early[i] += 1
-        elif np.isnan(first[i]):
-            first[i] = t
-    return _Outcome(first, early, seen.max(axis=1))
 
 
 def _detail(stations: list[Station], onsets: npt.NDArray[np.float64],
